@@ -1,0 +1,337 @@
+"""Turn raw XRANGE replies into Arrow record batches of the read schema.
+
+This is the hot path: every entry the source reads passes through here. Work is done column
+by column with Arrow kernels; Python touches each entry only to pick its values out of the
+reply and to validate the JSON of ``payload``, ``tracing`` and ``metadata`` (orjson). A
+malformed entry never raises: it becomes a row whose ``error`` says what is wrong and whose
+``fields`` hold the raw entry, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from atlasbus import envelope as wire
+from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
+
+# One XRANGE reply item: [entry_id, [field1, value1, field2, value2, ...]] as bytes.
+RawEntry = Sequence[Any]
+
+_EMPTY_OBJECT = b"{}"
+
+
+class _Errors:
+    """Per-row error messages, allocated only when a page has a malformed entry."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.messages: list[str | None] | None = None
+
+    def add(self, row: int, message: str) -> None:
+        if self.messages is None:
+            self.messages = [None] * self.size
+        existing = self.messages[row]
+        self.messages[row] = message if existing is None else f"{existing}; {message}"
+
+    def is_bad(self, row: int) -> bool:
+        return self.messages is not None and self.messages[row] is not None
+
+
+def decode_envelopes(
+    entries: Sequence[RawEntry], *, topic: str, stream: str, include_raw_fields: bool
+) -> pa.RecordBatch:
+    """Decode bus envelopes; malformed entries become error rows carrying their raw fields."""
+    size = len(entries)
+    field_lists = [entry[1] for entry in entries]
+    columns = _columns_by_field(field_lists)
+    errors = _Errors(size)
+
+    ids = _id_array(entries)
+    payload = _text_column(columns, wire.PAYLOAD, errors, required=True)
+    _check_json_objects(columns.get(wire.PAYLOAD), wire.PAYLOAD, errors)
+    priority = _int_column(columns, wire.PRIORITY, errors, required=True, default=None)
+    attempts = _int_column(
+        columns, wire.DELIVERY_ATTEMPTS, errors, required=False, default=wire.DEFAULT_DELIVERY_ATTEMPTS
+    )
+    correlation_id = _text_column(columns, wire.CORRELATION_ID, errors, required=False)
+    tracing = _map_column(columns.get(wire.TRACING), wire.TRACING, errors, size)
+    metadata = _map_column(columns.get(wire.METADATA), wire.METADATA, errors, size)
+    enqueued = _time_column(columns.get(wire.ENQUEUED_TIME), errors, size)
+
+    envelope = [priority, correlation_id, payload, tracing, metadata, attempts, enqueued]
+    error_column = pa.nulls(size, pa.string())
+    raw_rows: list[bool] | None = None
+    if errors.messages is not None:
+        bad = pa.array([m is not None for m in errors.messages], pa.bool_())
+        envelope = [pc.if_else(bad, pa.scalar(None, arr.type), arr) for arr in envelope]
+        error_column = pa.array(errors.messages, pa.string())
+        raw_rows = [m is not None for m in errors.messages]
+    if include_raw_fields:
+        fields = _raw_fields(field_lists, None)
+    elif raw_rows is not None:
+        fields = _raw_fields(field_lists, raw_rows)
+    else:
+        fields = pa.nulls(size, STRING_MAP)
+
+    arrays = [
+        _repeat(topic, size),
+        _repeat(stream, size),
+        ids,
+        _timestamps_of(ids),
+        *envelope,
+        error_column,
+        fields,
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA)
+
+
+def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.RecordBatch:
+    """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
+    size = len(entries)
+    ids = _id_array(entries)
+    arrays = [
+        _repeat(topic, size),
+        _repeat(stream, size),
+        ids,
+        _timestamps_of(ids),
+        _raw_fields([entry[1] for entry in entries], None),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=RAW_SCHEMA)
+
+
+# --- picking values out of the reply ---------------------------------------------------------
+
+
+def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[bytes | None]]:
+    """Values per field name. Fast when all entries share one field order (the usual case)."""
+    first = field_lists[0]
+    names = first[0::2]
+    if len(set(names)) == len(names) and all(f[0::2] == names for f in field_lists):
+        return {
+            name: [f[position] for f in field_lists]
+            for name, position in zip(names, range(1, len(first), 2), strict=True)
+        }
+    by_entry = [dict(zip(f[0::2], f[1::2], strict=False)) for f in field_lists]
+    all_names = dict.fromkeys(chain.from_iterable(by_entry))
+    return {name: [d.get(name) for d in by_entry] for name in all_names}
+
+
+def _id_array(entries: Sequence[RawEntry]) -> pa.Array:
+    return pa.array([entry[0] for entry in entries], pa.binary()).cast(pa.string())
+
+
+def _timestamps_of(ids: pa.Array) -> pa.Array:
+    """The ms part of each entry ID as a timestamp."""
+    ms = pc.cast(pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0), pa.int64())
+    return pc.multiply(ms, 1000).view(pa.int64()).cast(TIMESTAMP)
+
+
+def _repeat(value: str, size: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(
+        pa.array([0] * size, pa.int32()), pa.array([value], pa.string())
+    ).cast(pa.string())
+
+
+# --- typed columns ---------------------------------------------------------------------------
+
+
+def _missing(
+    values: list[bytes | None] | None, name: bytes, errors: _Errors, *, required: bool
+) -> list[bytes | None] | None:
+    """Report a required field that is absent (in the column or in some entries)."""
+    if values is None:
+        if required:
+            for row in range(errors.size):
+                errors.add(row, f"missing field '{name.decode()}'")
+        return None
+    if required:
+        for row, value in enumerate(values):
+            if value is None:
+                errors.add(row, f"missing field '{name.decode()}'")
+    return values
+
+
+def _utf8(values: list[bytes | None], name: bytes, errors: _Errors) -> pa.Array:
+    binary = pa.array(values, pa.binary())
+    try:
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:
+        cleaned: list[str | None] = []
+        for row, value in enumerate(values):
+            if value is None:
+                cleaned.append(None)
+                continue
+            try:
+                cleaned.append(value.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                errors.add(row, f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})")
+                cleaned.append(None)
+        return pa.array(cleaned, pa.string())
+
+
+def _text_column(
+    columns: dict[bytes, list[bytes | None]], name: bytes, errors: _Errors, *, required: bool
+) -> pa.Array:
+    values = _missing(columns.get(name), name, errors, required=required)
+    if values is None:
+        return pa.nulls(errors.size, pa.string())
+    return _utf8(values, name, errors)
+
+
+def _int_column(
+    columns: dict[bytes, list[bytes | None]],
+    name: bytes,
+    errors: _Errors,
+    *,
+    required: bool,
+    default: int | None,
+) -> pa.Array:
+    values = _missing(columns.get(name), name, errors, required=required)
+    if values is None:
+        return pa.array([default] * errors.size, pa.int32())
+    try:
+        parsed = _utf8(values, name, errors).cast(pa.int32())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.array(
+            [_parse_int(value, row, name, errors) for row, value in enumerate(values)],
+            pa.int32(),
+        )
+    if default is not None and parsed.null_count:
+        parsed = parsed.fill_null(default)
+    return parsed
+
+
+def _parse_int(value: bytes | None, row: int, name: bytes, errors: _Errors) -> int | None:
+    if value is None or errors.is_bad(row):
+        return None
+    text = value.decode("utf-8", "replace").strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if digits.isdigit() and digits.isascii() and -(2**31) <= int(text) < 2**31:
+        return int(text)
+    errors.add(row, f"field '{name.decode()}' must be a decimal integer, got {_show(value)}")
+    return None
+
+
+def _time_column(values: list[bytes | None] | None, errors: _Errors, size: int) -> pa.Array:
+    """``enqueued_time``, seconds since the epoch as a decimal float."""
+    if values is None:
+        return pa.nulls(size, TIMESTAMP)
+    try:
+        seconds = _utf8(values, wire.ENQUEUED_TIME, errors).cast(pa.float64())
+        if pc.all(pc.is_finite(seconds)).as_py() is False:
+            raise pa.ArrowInvalid("non-finite")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        seconds = pa.array(
+            [_parse_seconds(value, row, errors) for row, value in enumerate(values)], pa.float64()
+        )
+    micros = pc.cast(pc.multiply(seconds, 1_000_000.0), pa.int64(), safe=False)
+    return micros.view(TIMESTAMP) if len(micros) else pa.array([], TIMESTAMP)
+
+
+def _parse_seconds(value: bytes | None, row: int, errors: _Errors) -> float | None:
+    if value is None or errors.is_bad(row):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        errors.add(row, f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}")
+        return None
+    return seconds
+
+
+def _check_json_objects(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> None:
+    if values is None:
+        return
+    loads = orjson.loads
+    for row, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            if type(loads(value)) is dict:
+                continue
+            problem = "is not a JSON object"
+        except orjson.JSONDecodeError:
+            problem = "is not valid JSON"
+        errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}")
+
+
+def _map_column(
+    values: list[bytes | None] | None, name: bytes, errors: _Errors, size: int
+) -> pa.Array:
+    """A JSON object of strings as ``map<string,string>``; non-string values as JSON text."""
+    if values is None:
+        return _empty_maps(size)
+    keys: list[str] = []
+    items: list[str] = []
+    offsets = [0]
+    loads, dumps = orjson.loads, orjson.dumps
+    for row, value in enumerate(values):
+        if value is None or value == _EMPTY_OBJECT:
+            offsets.append(len(keys))
+            continue
+        try:
+            parsed = loads(value)
+        except orjson.JSONDecodeError:
+            parsed = None
+            problem = "is not valid JSON"
+        else:
+            problem = "is not a JSON object"
+        if type(parsed) is not dict:
+            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}")
+        else:
+            for key, item in parsed.items():
+                keys.append(key)
+                items.append(item if type(item) is str else dumps(item).decode())
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string())
+    )
+
+
+def _empty_maps(size: int) -> pa.Array:
+    return pa.MapArray.from_arrays(
+        pa.array([0] * (size + 1), pa.int32()), pa.array([], pa.string()), pa.array([], pa.string())
+    )
+
+
+def _raw_fields(field_lists: list[Sequence[bytes]], only: list[bool] | None) -> pa.Array:
+    """The raw entry as a map (non-UTF-8 bytes shown as ``\\xNN``); null where ``only`` is False."""
+    keys: list[str] = []
+    items: list[str] = []
+    offsets: list[int | None] = [0]
+    validity: list[bool] = []
+    decode: Callable[[bytes], str] = _lossless_text
+    for row, flat in enumerate(field_lists):
+        if only is not None and not only[row]:
+            offsets.append(len(keys))
+            validity.append(False)
+            continue
+        keys.extend(decode(name) for name in flat[0::2])
+        items.extend(decode(value) for value in flat[1::2])
+        offsets.append(len(keys))
+        validity.append(True)
+    offsets_array = pa.array(offsets, pa.int32())
+    maps = pa.MapArray.from_arrays(offsets_array, pa.array(keys, pa.string()), pa.array(items, pa.string()))
+    if only is None:
+        return maps
+    return pc.if_else(pa.array(validity, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
+
+
+def _lossless_text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "backslashreplace")
+
+
+def _show(value: bytes, limit: int = 80) -> str:
+    text = _lossless_text(value)
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -1,0 +1,92 @@
+"""Typed, validated access to Spark's string options, shared by the source and the sink.
+
+Keys are case-insensitive, as in Spark. Every accessor records the key it read, so anything
+left over at the end is an unknown option and can be refused with the list of valid ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+
+from atlasbus.errors import ConfigurationError
+
+
+class OptionReader:
+    """Reads options by canonical name; errors name the option, the value and what is accepted."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values = {str(key).lower(): str(value) for key, value in options.items()}
+        self._names = {str(key).lower(): str(key) for key in options}
+        self._read: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self._values
+
+    def string(self, name: str, default: str | None = None) -> str | None:
+        self._read.add(name.lower())
+        value = self._values.get(name.lower())
+        return default if value is None else value
+
+    def required_text(self, name: str, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ConfigurationError(f"option '{name}' must not be empty")
+        return value
+
+    def positive_int(self, name: str, default: int | None = None) -> int | None:
+        raw = self.string(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ConfigurationError(f"option '{name}' must be a positive integer, got {raw!r}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.string(name)
+        if raw is None:
+            return default
+        lowered = raw.strip().lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        raise ConfigurationError(f"option '{name}' must be 'true' or 'false', got {raw!r}")
+
+    def choice(self, name: str, choices: Iterable[str], default: str) -> str:
+        accepted = tuple(choices)
+        raw = self.string(name)
+        if raw is None:
+            return default
+        lowered = raw.strip().lower()
+        for candidate in accepted:
+            if candidate.lower() == lowered:
+                return candidate
+        raise ConfigurationError(
+            f"option '{name}' must be one of {', '.join(accepted)}, got {raw!r}"
+        )
+
+    def reject_unsupported(self, names: Iterable[str], why: str) -> None:
+        for name in names:
+            if self.has(name):
+                self._read.add(name.lower())
+                raise ConfigurationError(f"option '{name}' is not yet supported: {why}")
+
+    def reject_unknown(self, accepted: Iterable[str], *, ignored: Iterable[str] = ()) -> None:
+        """Refuse options nobody read: almost always a typo, which would otherwise be silent."""
+        accepted_names = sorted(set(accepted))
+        skip = {name.lower() for name in ignored} | self._read
+        for key in self._values:
+            if key in skip:
+                continue
+            given = self._names[key]
+            close = difflib.get_close_matches(
+                key, [a.lower() for a in accepted_names], n=1, cutoff=0.75
+            )
+            hint = ""
+            if close:
+                hint = f" Did you mean '{next(a for a in accepted_names if a.lower() == close[0])}'?"
+            raise ConfigurationError(
+                f"unknown option '{given}'.{hint} Accepted options: {', '.join(accepted_names)}"
+            )

@@ -1,0 +1,145 @@
+"""Where a query starts, and how far each micro-batch may go.
+
+Runs on the driver. Offsets are ``{stream: last entry ID included}``; a stream missing from a
+start offset is new to the query and is read from its first entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from atlasbus.entry_id import ZERO, EntryId
+from atlasbus.errors import ConfigurationError
+from atlasbus.source_options import SourceOptions
+from atlasbus.streams import StreamCatalog, last_position
+
+log = logging.getLogger("atlasbus.positions")
+
+
+def starting_offsets(
+    catalog: StreamCatalog, options: SourceOptions, *, create_group: bool = True
+) -> dict[str, EntryId]:
+    """Resolve ``startingOffsets`` / ``startingTimestamp`` into concrete positions.
+
+    Creates the consumer group (``group`` option) at the starting position where it is missing.
+    """
+    starting = options.starting
+    streams = catalog.discover(options.subscription)
+    positions: dict[str, EntryId]
+    if starting.kind == "earliest":
+        positions = {}
+    elif starting.kind == "latest":
+        infos = catalog.info(streams)
+        positions = {stream: last_position(infos[stream]) for stream in streams}
+    elif starting.kind == "timestamp":
+        assert starting.timestamp_ms is not None
+        at = EntryId(starting.timestamp_ms, 0).predecessor()
+        positions = dict.fromkeys(streams, at)
+    elif starting.kind == "group":
+        assert options.group is not None
+        positions = catalog.group_positions(streams, options.group)
+        missing = sorted(set(streams) - set(positions))
+        if missing:
+            log.info(
+                "consumer group %r does not exist yet on %s: starting there from the earliest entry",
+                options.group,
+                ", ".join(missing),
+            )
+    else:
+        positions = dict(starting.offsets)
+    if create_group and options.group is not None:
+        for stream in sorted(set(streams) | set(positions)):
+            catalog.ensure_group(stream, options.group, positions.get(stream, ZERO))
+    return positions
+
+
+def latest_offsets(
+    catalog: StreamCatalog,
+    options: SourceOptions,
+    start: Mapping[str, EntryId],
+    *,
+    max_entries: int | None,
+    target: Mapping[str, EntryId] | None = None,
+) -> dict[str, EntryId]:
+    """The end offset of the next batch from ``start``.
+
+    ``max_entries`` (admission control) caps the batch's total entries, shared fairly between
+    streams with pending entries. ``target`` (Trigger.AvailableNow) caps every stream at the
+    position recorded when the trigger began; streams found later are left for a later query.
+    """
+    streams = sorted(set(catalog.discover(options.subscription)) | set(start))
+    if target is not None:
+        streams = [s for s in streams if s in target]
+    infos = catalog.info(streams)
+    latest: dict[str, EntryId] = {}
+    for stream in streams:
+        newest = last_position(infos[stream])
+        if target is not None:
+            newest = min(newest, target[stream])
+        latest[stream] = max(newest, start.get(stream, ZERO))
+    if max_entries is None:
+        return _without_unread_new_streams(start, latest)
+    return _admit(catalog, start, latest, max_entries)
+
+
+def _admit(
+    catalog: StreamCatalog,
+    start: Mapping[str, EntryId],
+    latest: Mapping[str, EntryId],
+    max_entries: int,
+) -> dict[str, EntryId]:
+    """Advance streams by at most ``max_entries`` in all: equal shares, leftovers passed on."""
+    end = {stream: start.get(stream, ZERO) for stream in latest}
+    pending = [s for s in sorted(latest) if latest[s] > end[s]]
+    budget = max_entries
+    while pending and budget > 0:
+        share = max(1, budget // len(pending))
+        still_pending = []
+        for stream in pending:
+            allowance = min(share, budget)
+            if allowance <= 0:
+                still_pending.append(stream)
+                continue
+            position, walked = catalog.advance(stream, end[stream], latest[stream], allowance)
+            budget -= walked
+            if walked < allowance:
+                end[stream] = latest[stream]
+            else:
+                end[stream] = position
+                if position < latest[stream]:
+                    still_pending.append(stream)
+        pending = still_pending
+    return _without_unread_new_streams(start, end)
+
+
+def _without_unread_new_streams(
+    start: Mapping[str, EntryId], end: dict[str, EntryId]
+) -> dict[str, EntryId]:
+    """A stream enters the offsets only once something of it is read (then it has a position)."""
+    return {s: p for s, p in end.items() if s in start or p != ZERO}
+
+
+def ending_offsets(catalog: StreamCatalog, options: SourceOptions) -> dict[str, EntryId]:
+    """A batch read's end: ``endingOffsets``, or each stream's newest entry."""
+    if options.ending is not None:
+        return dict(options.ending)
+    streams = catalog.discover(options.subscription)
+    infos = catalog.info(streams)
+    return {stream: last_position(infos[stream]) for stream in streams}
+
+
+def require_streaming_compatible(options: SourceOptions) -> None:
+    if options.ending is not None:
+        raise ConfigurationError(
+            "option 'endingOffsets' is for batch reads (spark.read) only; a streaming query "
+            "runs until stopped: remove it, or use trigger(availableNow=True) to stop at the end"
+        )
+
+
+def require_batch_compatible(options: SourceOptions) -> None:
+    if options.starting.kind == "latest":
+        raise ConfigurationError(
+            "option 'startingOffsets' cannot be 'latest' for a batch read (spark.read): it would "
+            "read nothing. Use earliest, group, a JSON object, or startingTimestamp"
+        )

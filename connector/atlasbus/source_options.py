@@ -1,0 +1,293 @@
+"""The source's options, parsed once into a frozen, picklable ``SourceOptions``.
+
+Parsing does no I/O, so a bad option fails at ``load()`` before any data moves.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.entry_id import EntryId
+from atlasbus.errors import ConfigurationError, OffsetError
+from atlasbus.option_reader import OptionReader
+
+DEFAULT_STREAM_PREFIX = "atlas_bus"
+DEFAULT_MAX_ENTRIES_PER_PARTITION = 100_000
+DEFAULT_PAGE_SIZE = 1_000
+
+URL = "url"
+USERNAME = "username"
+PASSWORD = "password"
+STREAM_PREFIX = "streamPrefix"
+TOPICS = "topics"
+TOPIC_PATTERN = "topicPattern"
+STREAMS = "streams"
+STARTING_OFFSETS = "startingOffsets"
+STARTING_TIMESTAMP = "startingTimestamp"
+ENDING_OFFSETS = "endingOffsets"
+GROUP = "group"
+MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
+MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+FORMAT = "format"
+INCLUDE_RAW_FIELDS = "includeRawFields"
+PAGE_SIZE = "pageSize"
+DEAD_LETTER_TABLE = "deadLetterTable"
+TRIM_CONSUMED = "trimConsumed"
+
+SOURCE_OPTIONS = (
+    URL,
+    USERNAME,
+    PASSWORD,
+    STREAM_PREFIX,
+    TOPICS,
+    TOPIC_PATTERN,
+    STREAMS,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    ENDING_OFFSETS,
+    GROUP,
+    MAX_ENTRIES_PER_TRIGGER,
+    MAX_ENTRIES_PER_PARTITION,
+    FAIL_ON_DATA_LOSS,
+    FORMAT,
+    INCLUDE_RAW_FIELDS,
+    PAGE_SIZE,
+)
+
+StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp"]
+ReadFormat = Literal["envelope", "raw"]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which streams to read: a topic list, a glob over topics, or raw stream keys."""
+
+    kind: Literal["topics", "pattern", "streams"]
+    names: tuple[str, ...]
+    stream_prefix: str
+
+    def fixed_streams(self) -> tuple[str, ...]:
+        """The stream keys for ``topics`` / ``streams``; empty for a pattern."""
+        if self.kind == "topics":
+            return tuple(self.stream_key(topic) for topic in self.names)
+        if self.kind == "streams":
+            return self.names
+        return ()
+
+    def stream_key(self, topic: str) -> str:
+        return f"{self.stream_prefix}:{topic}"
+
+    def scan_pattern(self) -> str:
+        """The SCAN MATCH glob for ``topicPattern`` (the prefix is matched literally)."""
+        escaped_prefix = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.stream_prefix)
+        return f"{escaped_prefix}:{self.names[0]}"
+
+    def matches(self, stream: str) -> bool:
+        if self.kind == "pattern":
+            head = f"{self.stream_prefix}:"
+            return stream.startswith(head) and fnmatch.fnmatchcase(
+                stream[len(head) :], self.names[0]
+            )
+        return stream in self.fixed_streams()
+
+    def topic_of(self, stream: str) -> str:
+        """The topic a stream carries: its key without ``{streamPrefix}:``, else the key."""
+        head = f"{self.stream_prefix}:"
+        return stream[len(head) :] if stream.startswith(head) else stream
+
+    def describe(self) -> str:
+        if self.kind == "pattern":
+            return f"topicPattern {self.names[0]!r}"
+        return f"{self.kind} {', '.join(self.names)}"
+
+
+@dataclass(frozen=True)
+class StartingPosition:
+    """Where a query with no checkpoint starts. ``offsets`` maps stream key to last included."""
+
+    kind: StartKind = "earliest"
+    offsets: Mapping[str, EntryId] = field(default_factory=dict)
+    default_for_unlisted: Literal["earliest", "latest"] = "earliest"
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the source needs, validated. Travels to executors (no secrets in repr)."""
+
+    endpoint: RedisEndpoint
+    subscription: Subscription
+    starting: StartingPosition
+    ending: Mapping[str, EntryId] | None
+    group: str | None
+    max_entries_per_trigger: int | None
+    max_entries_per_partition: int
+    fail_on_data_loss: bool
+    format: ReadFormat
+    include_raw_fields: bool
+    page_size: int
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate the source options Spark passed (strings, any key case)."""
+    reader = OptionReader(options)
+    reader.reject_unsupported(
+        (DEAD_LETTER_TABLE,), "dead-letter routing for the source is not available in this release"
+    )
+    reader.reject_unsupported(
+        (TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
+    )
+    endpoint = RedisEndpoint.from_options(
+        reader.string(URL), reader.string(USERNAME), reader.string(PASSWORD)
+    )
+    prefix = reader.required_text(STREAM_PREFIX, reader.string(STREAM_PREFIX))
+    subscription = _parse_subscription(reader, prefix or DEFAULT_STREAM_PREFIX)
+    group = reader.required_text(GROUP, reader.string(GROUP))
+    starting = _parse_starting(reader, subscription, group)
+    ending = _parse_ending(reader, subscription)
+    parsed = SourceOptions(
+        endpoint=endpoint,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        group=group.strip() if group else None,
+        max_entries_per_trigger=reader.positive_int(MAX_ENTRIES_PER_TRIGGER),
+        max_entries_per_partition=reader.positive_int(
+            MAX_ENTRIES_PER_PARTITION, DEFAULT_MAX_ENTRIES_PER_PARTITION
+        )
+        or DEFAULT_MAX_ENTRIES_PER_PARTITION,
+        fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
+        format="raw" if reader.choice(FORMAT, ("envelope", "raw"), "envelope") == "raw" else "envelope",
+        include_raw_fields=reader.boolean(INCLUDE_RAW_FIELDS, False),
+        page_size=reader.positive_int(PAGE_SIZE, DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+    )
+    reader.reject_unknown(SOURCE_OPTIONS + (DEAD_LETTER_TABLE, TRIM_CONSUMED), ignored=("path",))
+    return parsed
+
+
+def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:
+    given = {
+        name: reader.string(name) for name in (TOPICS, TOPIC_PATTERN, STREAMS) if reader.has(name)
+    }
+    if len(given) != 1:
+        which = f"got {', '.join(given)}" if given else "got none"
+        raise ConfigurationError(
+            f"exactly one of options 'topics', 'topicPattern', 'streams' must be set ({which}): "
+            "'topics' takes a comma-separated topic list, 'topicPattern' a glob over topic "
+            "names, 'streams' raw Redis stream keys"
+        )
+    name, raw = next(iter(given.items()))
+    text = (raw or "").strip()
+    if name == TOPIC_PATTERN:
+        if not text:
+            raise ConfigurationError("option 'topicPattern' must not be empty, e.g. 'orders.*'")
+        return Subscription("pattern", (text,), prefix)
+    items = [item.strip() for item in text.split(",")]
+    if not text or any(not item for item in items):
+        raise ConfigurationError(
+            f"option '{name}' must be a comma-separated list of non-empty names, got {raw!r}"
+        )
+    duplicates = sorted({item for item in items if items.count(item) > 1})
+    if duplicates:
+        raise ConfigurationError(f"option '{name}' lists {', '.join(duplicates)} more than once")
+    return Subscription("topics" if name == TOPICS else "streams", tuple(items), prefix)
+
+
+def _parse_starting(
+    reader: OptionReader, subscription: Subscription, group: str | None
+) -> StartingPosition:
+    raw = reader.string(STARTING_OFFSETS)
+    timestamp_raw = reader.string(STARTING_TIMESTAMP)
+    if timestamp_raw is not None:
+        if raw is not None:
+            raise ConfigurationError(
+                "options 'startingOffsets' and 'startingTimestamp' cannot both be set: "
+                "choose one starting position"
+            )
+        try:
+            timestamp = int(timestamp_raw.strip())
+        except ValueError:
+            timestamp = -1
+        if timestamp < 0:
+            raise ConfigurationError(
+                "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), "
+                f"got {timestamp_raw!r}"
+            )
+        return StartingPosition("timestamp", timestamp_ms=timestamp)
+    text = (raw or "earliest").strip()
+    lowered = text.lower()
+    if lowered in ("earliest", "latest"):
+        return StartingPosition("earliest" if lowered == "earliest" else "latest")
+    if lowered == "group":
+        if group is None:
+            raise ConfigurationError(
+                "option 'startingOffsets' is 'group' but option 'group' is not set: name the "
+                "consumer group whose position the query should start from"
+            )
+        return StartingPosition("group")
+    if not text.startswith("{"):
+        raise ConfigurationError(
+            "option 'startingOffsets' must be earliest, latest, group, or a JSON object like "
+            f'{{"topic": "1700000000000-0"}}, got {raw!r}'
+        )
+    offsets = _parse_offsets_json(STARTING_OFFSETS, text, subscription, allow_keywords=True)
+    return StartingPosition("offsets", offsets=offsets)
+
+
+def _parse_ending(
+    reader: OptionReader, subscription: Subscription
+) -> Mapping[str, EntryId] | None:
+    raw = reader.string(ENDING_OFFSETS)
+    if raw is None or raw.strip().lower() == "latest":
+        return None
+    if not raw.strip().startswith("{"):
+        raise ConfigurationError(
+            "option 'endingOffsets' must be latest or a JSON object like "
+            f'{{"topic": "1700000000000-0"}}, got {raw!r}'
+        )
+    return _parse_offsets_json(ENDING_OFFSETS, raw.strip(), subscription, allow_keywords=False)
+
+
+def _parse_offsets_json(
+    name: str, text: str, subscription: Subscription, *, allow_keywords: bool
+) -> dict[str, EntryId]:
+    """``{"topic": "ms-seq"}`` (keys are stream keys with ``streams``) to stream key -> ID."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"option '{name}' is not valid JSON ({exc.msg}): {text!r}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigurationError(
+            f'option \'{name}\' must be a non-empty JSON object like {{"topic": "1700000000000-0"}}'
+        )
+    positions: dict[str, EntryId] = {}
+    for key, value in raw.items():
+        stream = key if subscription.kind == "streams" else subscription.stream_key(key)
+        if not subscription.matches(stream):
+            raise ConfigurationError(
+                f"option '{name}' names {key!r}, which is not in the subscription "
+                f"({subscription.describe()})"
+            )
+        if allow_keywords and value == "earliest":
+            continue
+        if allow_keywords and value == "latest":
+            raise ConfigurationError(
+                f"option '{name}': 'latest' per topic is not supported (topic {key!r}); use "
+                "startingOffsets=latest for all topics, or give an entry ID"
+            )
+        if not isinstance(value, str):
+            raise ConfigurationError(
+                f"option '{name}': the position of {key!r} must be an entry ID string like "
+                f"'1700000000000-0', got {value!r}"
+            )
+        try:
+            positions[stream] = EntryId.parse(value, what=f"option '{name}' for {key!r}")
+        except OffsetError as exc:
+            raise ConfigurationError(str(exc)) from None
+    return positions

@@ -1,0 +1,32 @@
+"""The batch reader (``spark.read``): one plan from ``startingOffsets`` to ``endingOffsets``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from atlasbus.planning import plan_ranges
+from atlasbus.positions import ending_offsets, starting_offsets
+from atlasbus.reader import read_range
+from atlasbus.source_options import SourceOptions
+from atlasbus.streams import StreamCatalog
+from pyspark_atlasbus.partition import RangePartition
+
+
+class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve both ends now and plan the ranges; driver."""
+        catalog = StreamCatalog(self.options.endpoint)
+        start = starting_offsets(catalog, self.options, create_group=False)
+        end = ending_offsets(catalog, self.options)
+        return [RangePartition(self.options, r) for r in plan_ranges(catalog, self.options, start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read exactly the planned range; executor."""
+        assert isinstance(partition, RangePartition)
+        return read_range(partition.options, partition.read)

@@ -1,0 +1,68 @@
+"""``format("atlasbus")``: the PySpark Python Data Source for the ATLAS bus on Redis Streams.
+
+Options are validated when the DataFrame is defined (``load()``), before any data moves; the
+full options reference is docs/options.md.
+
+Source options (``spark.read`` / ``spark.readStream``):
+
+=========================  ===============================================================
+url                        Redis URL (redis://, rediss://, unix://); default $REDIS_URL, else
+                           redis://localhost:6379/0
+username, password         override the URL's credentials; never printed or logged
+streamPrefix               stream key prefix, default ``atlas_bus`` (streams are prefix:topic)
+topics | topicPattern |    exactly one: comma-separated topics, a glob over topics (new
+streams                    streams are picked up each trigger), or raw stream keys
+startingOffsets            earliest (default), latest, group, or JSON {"topic": "ms-seq"}
+startingTimestamp          epoch ms: start at the first entry at or after it
+endingOffsets              batch only: latest (default) or JSON
+group                      consumer group mirrored by the query (XINFO GROUPS shows its lag)
+maxEntriesPerTrigger       cap per micro-batch across all streams
+maxEntriesPerPartition     split a stream's range into tasks of about this many (100000)
+failOnDataLoss             true (default): fail when unread entries were trimmed
+format                     envelope (default) or raw
+includeRawFields           also fill ``fields`` for well-formed entries (false)
+pageSize                   XRANGE COUNT per round trip (1000)
+=========================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+)
+from pyspark.sql.types import StructType
+
+from atlasbus.positions import require_batch_compatible, require_streaming_compatible
+from atlasbus.schema import schema_for, spark_ddl
+from atlasbus.source_options import SourceOptions, parse_source_options
+
+
+class AtlasbusDataSource(DataSource):  # type: ignore[misc]
+    """Reads and publishes ATLAS bus envelopes on Redis Streams."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "atlasbus"
+
+    def _source_options(self) -> SourceOptions:
+        return parse_source_options(self.options)
+
+    def schema(self) -> str:
+        """The read schema; parsing the options here makes a bad option fail at ``load()``."""
+        return spark_ddl(schema_for(self._source_options().format))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from pyspark_atlasbus.batch_reader import AtlasbusBatchReader
+
+        options = self._source_options()
+        require_batch_compatible(options)
+        return AtlasbusBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
+
+        options = self._source_options()
+        require_streaming_compatible(options)
+        return AtlasbusStreamReader(options)

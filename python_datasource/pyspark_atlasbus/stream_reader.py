@@ -1,0 +1,90 @@
+"""The micro-batch stream reader: plans on the driver, reads on executors.
+
+``initialOffset``/``latestOffset``/``partitions``/``commit`` run on the driver; ``read`` runs on
+executors from a pickled copy, so it uses only what its partition carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from atlasbus.offsets import StreamOffsets
+from atlasbus.planning import plan_ranges
+from atlasbus.positions import latest_offsets, starting_offsets
+from atlasbus.reader import read_range
+from atlasbus.source_options import SourceOptions
+from atlasbus.streams import StreamCatalog
+from pyspark_atlasbus.partition import RangePartition
+
+
+class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._available_now_target: StreamOffsets | None = None
+
+    @property
+    def _catalog(self) -> StreamCatalog:
+        return StreamCatalog(self.options.endpoint)
+
+    def initialOffset(self) -> dict[str, str]:
+        """Where a query with no checkpoint starts (``startingOffsets``); driver."""
+        return StreamOffsets(starting_offsets(self._catalog, self.options)).to_dict()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_entries_per_trigger is not None:
+            return ReadMaxRows(self.options.max_entries_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record how far 'available now' reaches, so the query ends there; driver."""
+        self._available_now_target = StreamOffsets(
+            latest_offsets(self._catalog, self.options, {}, max_entries=None)
+        )
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
+        max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = latest_offsets(
+            self._catalog,
+            self.options,
+            StreamOffsets.from_dict(start, what="start offset"),
+            max_entries=max_entries,
+            target=self._available_now_target,
+        )
+        return StreamOffsets(end).to_dict()
+
+    def reportLatestOffset(self) -> dict[str, str]:
+        return StreamOffsets(
+            latest_offsets(self._catalog, self.options, {}, max_entries=None)
+        ).to_dict()
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        """Plan the batch's ranges; the same offsets always give the same entries; driver."""
+        ranges = plan_ranges(
+            self._catalog,
+            self.options,
+            StreamOffsets.from_dict(start, what="start offset"),
+            StreamOffsets.from_dict(end, what="end offset"),
+        )
+        return [RangePartition(self.options, r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read exactly the planned range; executor."""
+        assert isinstance(partition, RangePartition)
+        return read_range(partition.options, partition.read)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """Move the consumer group (``group`` option) to the committed offsets; driver."""
+        if self.options.group is not None and end:
+            self._catalog.move_group(
+                dict(StreamOffsets.from_dict(end, what="committed offset")), self.options.group
+            )
