@@ -1,0 +1,64 @@
+"""Dead letters from a decoded source page: the rows whose ``error`` is set.
+
+The source decodes a page into the envelope schema; malformed entries come back as rows with
+``error`` and the raw ``fields``. ``split_decoded`` keeps the good rows for the output and turns
+the bad ones into ``source-decode`` dead letters, so none is dropped. Runs on executors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from atlasbus.dead_letters.record import DeadLetter, QueryContext
+from atlasbus.dead_letters.schema import SOURCE_DECODE
+
+MALFORMED_ENTRY = "malformed-entry"
+
+
+def split_decoded(
+    batch: pa.RecordBatch, *, context: QueryContext, at: datetime | None = None
+) -> tuple[pa.RecordBatch, list[DeadLetter]]:
+    """``batch`` without its error rows, and those rows as dead letters (in entry order)."""
+    errors = batch.column("error")
+    if errors.null_count == len(errors):
+        return batch, []
+    bad = pc.is_valid(errors)
+    good = batch.filter(pc.invert(bad))
+    letters = [_letter(row, context, at) for row in batch.filter(bad).to_pylist()]
+    return good, letters
+
+
+def _letter(row: Mapping[str, object], context: QueryContext, at: datetime | None) -> DeadLetter:
+    raw = dict(row["fields"] or [])  # type: ignore[call-overload]
+    return DeadLetter.for_entry(
+        SOURCE_DECODE,
+        MALFORMED_ENTRY,
+        str(row["error"]),
+        stream=str(row["stream"]),
+        entry_id=str(row["id"]),
+        topic=_text(row["topic"]),
+        correlation_id=raw.get("correlation_id"),
+        priority=_int(raw.get("priority")),
+        delivery_attempts=_int(raw.get("delivery_attempts")),
+        payload=raw.get("payload"),
+        fields=raw,
+        context=context,
+        at=at,
+    )
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int(text: str | None) -> int | None:
+    """The value if it is a 32-bit integer; the raw text stays in ``fields`` either way."""
+    try:
+        value = int(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and -(2**31) <= value < 2**31 else None
