@@ -1,0 +1,68 @@
+"""The dead-letter table as a Spark DataFrame, with or without the Delta Lake jars.
+
+Where Spark has delta-spark on its classpath the table is read natively (``format("delta")``:
+lazy, distributed, Spark's own storage settings). Elsewhere it is read on the driver with
+delta-rs and handed to Spark as Arrow, which needs no jars; dead-letter tables are small, so
+this is the right trade on a laptop or a cluster without Delta. Runs on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from os import PathLike, fspath
+from typing import Literal
+
+from atlasbus.dead_letters import DeadLetterTable
+from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("atlasbus.dead_letters")
+
+Engine = Literal["auto", "delta-spark", "delta-rs"]
+ENGINES: tuple[Engine, ...] = ("auto", "delta-spark", "delta-rs")
+
+# What format("delta") resolves to; if the JVM cannot load it, delta-spark cannot read.
+_DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+
+
+def delta_jars_available(spark: SparkSession) -> bool:
+    """Whether Spark's JVM can load delta-spark's data source class (cheap, no query)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        if jvm is None:
+            return False
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(_DELTA_SOURCE_CLASS, False, loader)
+    except Exception:  # no JVM (Spark Connect) or class not found: both mean "no jars here"
+        return False
+    return True
+
+
+def read_dead_letters(
+    spark: SparkSession,
+    uri: str | PathLike[str],
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    engine: Engine = "auto",
+) -> DataFrame:
+    """The dead-letter table at ``uri`` as a DataFrame with the contract's columns.
+
+    ``engine="auto"`` uses delta-spark when its jars load, else delta-rs; one INFO line says
+    which and why. ``storage_options`` are delta-rs's; delta-spark uses Spark's Hadoop settings.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"{engine!r} is not a valid engine. Valid values are: {list(ENGINES)}")
+    path = fspath(uri)
+    if engine == "delta-spark" or (engine == "auto" and delta_jars_available(spark)):
+        why = (
+            "requested"
+            if engine == "delta-spark"
+            else "the Delta Lake jars are on Spark's classpath"
+        )
+        log.info("reading dead-letter table %s through delta-spark (%s)", path, why)
+        return spark.read.format("delta").load(path)
+    why = (
+        "requested" if engine == "delta-rs" else "the Delta Lake jars are not on Spark's classpath"
+    )
+    log.info("reading dead-letter table %s through delta-rs and Arrow (%s)", path, why)
+    return spark.createDataFrame(DeadLetterTable(path, storage_options).to_arrow())
