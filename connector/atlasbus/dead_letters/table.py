@@ -227,13 +227,17 @@ class DeadLetterTable:
         ``filter`` is either a SQL condition over the columns (``"stage = 'sink-publish'"``, as
         the command line's ``--where`` passes it) or a pyarrow compute expression.
         """
-        table = self.open()
+        sql = f"SELECT {', '.join(COLUMNS)} FROM dead_letters"
         if isinstance(filter, str):
-            sql = f"SELECT {', '.join(COLUMNS)} FROM dead_letters WHERE {filter}"
-            data = QueryBuilder().register("dead_letters", table).execute(sql).read_all()
-        else:
-            data = table.to_pyarrow_table(columns=list(COLUMNS), filters=filter)
-        return _conform(pa.table(data))
+            sql += f" WHERE {filter}"
+        # DataFusion (Rust) rather than a pyarrow dataset scan: with the scan, runs that wrote
+        # from several threads sometimes aborted at interpreter exit ("terminate called without
+        # an active exception", cf. delta-rs#2184); none did in this form.
+        reader = QueryBuilder().register("dead_letters", self.open()).execute(sql)
+        data = _conform(pa.table(reader.read_all()))
+        if filter is not None and not isinstance(filter, str):
+            data = data.filter(filter)
+        return data
 
     def to_pandas(self, filter: str | pc.Expression | None = None) -> Any:
         """The dead letters as a pandas DataFrame (``fields`` as lists of key/value pairs)."""
