@@ -23,6 +23,21 @@ format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
 pageSize                   XRANGE COUNT per round trip (1000)
 =========================  ===============================================================
+
+Sink options (``df.write`` / ``df.writeStream``; docs/sink.md). Input columns: ``payload``
+(required: JSON text, struct or map), optional ``topic``, ``priority``, ``correlation_id``,
+``tracing``, ``metadata``, ``delivery_attempts``; any other column fails at start.
+
+=========================  ===============================================================
+url                        as for the source
+username, password         as for the source; never printed or logged
+streamPrefix               entries go to prefix:topic, default ``atlas_bus``
+topic                      the topic when there is no ``topic`` column (and for its nulls)
+maxLen                     XADD MAXLEN ~ n: approximate trimming of each stream written to
+maxMessageBytes            refuse a row whose entry exceeds this many bytes (262144)
+exactlyOnce                true (default): retried tasks and replayed micro-batches add no
+                           entry twice; false: at least once, a little faster
+=========================  ===============================================================
 """
 
 from __future__ import annotations
@@ -31,11 +46,14 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
 )
 from pyspark.sql.types import StructType
 
 from atlasbus.positions import require_batch_compatible, require_streaming_compatible
 from atlasbus.schema import schema_for, spark_ddl
+from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
 from atlasbus.source_options import SourceOptions, parse_source_options
 
 
@@ -66,3 +84,28 @@ class AtlasbusDataSource(DataSource):  # type: ignore[misc]
         options = self._source_options()
         require_streaming_compatible(options)
         return AtlasbusStreamReader(options)
+
+    def _sink_options(self, schema: StructType) -> SinkOptions:
+        """Options and input columns, checked when the write or query starts; driver."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        options = parse_sink_options(self.options)
+        fields = []
+        for field in schema.fields:
+            try:
+                fields.append(to_arrow_schema(StructType([field]))[0])
+            except Exception:  # a type Arrow cannot hold: the column check names it
+                fields.append(pa.field(field.name, pa.null()))
+        check_input_schema(pa.schema(fields), options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pyspark_atlasbus.writer import AtlasbusBatchWriter
+
+        return AtlasbusBatchWriter(self._sink_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pyspark_atlasbus.writer import AtlasbusStreamWriter
+
+        return AtlasbusStreamWriter(self._sink_options(schema))

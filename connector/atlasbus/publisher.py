@@ -1,0 +1,276 @@
+"""Publish one task's rows: pipelined XADD in chunks, optionally exactly once.
+
+Each chunk of up to ``CHUNK_ROWS`` rows is one round trip of ready-made RESP bytes (see
+encode.py). With a marker key (``exactlyOnce``), a chunk goes out as one transaction that also
+records, in the marker, how many of the task's input rows are now published:
+
+    MULTI; XADD ...; SET marker <rows done> EX <ttl>; EXEC; WATCH marker; GET marker
+
+so entries and marker land together or not at all. A retried task (or a replayed micro-batch)
+reads the marker first and skips the rows it counts. The marker is watched, so if a second
+attempt of the same task publishes concurrently (speculation, a zombie executor), one of the
+two transactions aborts and its sender re-reads the marker instead of adding duplicates.
+
+This relies on a task seeing the same rows in the same order when it is run again, which holds
+for a replayable source without a shuffle (docs/sink.md says more).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from atlasbus.connection import RedisEndpoint, translate_errors
+from atlasbus.encode import EncodedBatch, encode_batch
+from atlasbus.errors import PublishError
+from atlasbus.sink_options import SinkOptions
+
+if TYPE_CHECKING:
+    import redis
+
+CHUNK_ROWS = 1_000
+MARKER_TTL_SECONDS = 7 * 24 * 3600
+MARKER_NAMESPACE = "__atlasbus_sink__"
+
+_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
+_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
+_UNWATCH = b"*1\r\n$7\r\nUNWATCH\r\n"
+
+
+def marker_key(options: SinkOptions, write_id: str, partition: int) -> str:
+    """Where a task's progress is recorded: under the stream prefix, so ACLs on it cover it."""
+    return f"{options.stream_prefix}:{MARKER_NAMESPACE}:{write_id}:{partition}"
+
+
+def marker_registry_key(options: SinkOptions, query_id: str) -> str:
+    return f"{options.stream_prefix}:{MARKER_NAMESPACE}:{query_id}:markers"
+
+
+def _resp(*args: str) -> bytes:
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+class Publisher:
+    """Publishes the rows of one task, in input order. Use as a context manager; executor."""
+
+    def __init__(self, options: SinkOptions, *, marker: str | None) -> None:
+        self.options = options
+        self.marker = marker
+        self.position = 0  # input rows seen so far
+        self.done = 0  # input rows known to be published (the marker's count)
+        self.published = 0  # entries this attempt added
+        self.skipped = 0  # input rows skipped because an earlier attempt published them
+        self._conn: Any = None
+        self._client: redis.Redis | None = None
+
+    # --- connection ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None or self._client is None:
+            return
+        if exc is None and self.marker is not None:
+            try:
+                self._roundtrip([_UNWATCH], 1)
+            except Exception:
+                conn.disconnect()
+        elif exc is not None:
+            conn.disconnect()  # a half-read reply or an open MULTI must not reach the next user
+        self._client.connection_pool.release(conn)
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._client = self.options.endpoint.client()
+            with translate_errors(self.options.endpoint):
+                self._conn = self._client.connection_pool.get_connection()
+            if self.marker is not None:
+                replies = self._roundtrip(
+                    [_resp("WATCH", self.marker), _resp("GET", self.marker)], 2
+                )
+                self.done = _marker_value(replies[1], self.marker)
+        return self._conn
+
+    def _roundtrip(self, payload: Iterable[bytes | memoryview], replies: int) -> list[Any]:
+        """Send ready-made commands, read their replies; Redis errors come back as values."""
+        conn = self._conn
+        out: list[Any] = []
+        with translate_errors(self.options.endpoint):
+            conn.send_packed_command(payload, check_health=False)
+            read = conn.read_response
+            for _ in range(replies):
+                try:
+                    out.append(read(disconnect_on_error=True))
+                except Exception as exc:
+                    import redis
+
+                    if not isinstance(exc, redis.ResponseError):
+                        raise
+                    out.append(exc)
+        return out
+
+    # --- publishing ---------------------------------------------------------------------------
+
+    def publish(self, batch: pa.RecordBatch) -> None:
+        """Publish a batch of input rows, skipping those an earlier attempt already published."""
+        size = batch.num_rows
+        if size == 0:
+            return
+        self._connection()
+        first = self.position
+        self.position += size
+        skip = min(max(self.done - first, 0), size)
+        self.skipped += skip
+        if skip == size:
+            return
+        encoded = encode_batch(
+            batch.slice(skip), self.options, enqueued_time=time.time(), row_base=first + skip
+        )
+        if encoded.rejections:
+            raise PublishError(_rejection_message(encoded))
+        offset = first + skip  # task-wide number of encoded row 0
+        start = 0
+        while start < len(encoded):
+            stop = min(start + CHUNK_ROWS, len(encoded))
+            if self.marker is None:
+                self._send_chunk(encoded, start, stop)
+                self.done = offset + stop
+                start = stop
+                continue
+            ours = (
+                stop - start if self._send_chunk_exactly_once(encoded, start, stop, offset) else 0
+            )
+            # the marker may show a concurrent attempt's rows beyond ours: skip those
+            reached = min(max(self.done - offset, start), len(encoded))
+            self.skipped += reached - start - ours
+            start = reached
+
+    def _send_chunk(self, encoded: EncodedBatch, start: int, stop: int) -> None:
+        count = encoded.count(start, stop)
+        if count == 0:
+            return
+        replies = self._roundtrip([encoded.command_bytes(start, stop)], count)
+        self._check_ids(encoded, start, replies)
+        self.published += count
+
+    def _send_chunk_exactly_once(
+        self, encoded: EncodedBatch, start: int, stop: int, offset: int
+    ) -> bool:
+        """One transaction for rows ``[start, stop)``; False if a concurrent attempt won."""
+        marker = self.marker
+        assert marker is not None
+        count = encoded.count(start, stop)
+        target = offset + stop
+        payload: list[bytes | memoryview] = [
+            _MULTI,
+            encoded.command_bytes(start, stop),
+            _resp("SET", marker, str(target), "EX", str(MARKER_TTL_SECONDS)),
+            _EXEC,
+            _resp("WATCH", marker),
+            _resp("GET", marker),
+        ]
+        replies = self._roundtrip(payload, count + 5)
+        queued = replies[: count + 2]
+        executed, current = replies[count + 2], replies[count + 4]
+        failed = [reply for reply in queued if isinstance(reply, Exception)]
+        if failed:
+            raise PublishError(
+                f"Redis refused the XADDs of rows {offset + start}..{offset + stop - 1} "
+                f"(e.g. to stream {encoded.stream_of(start)!r}): {failed[0]}; nothing of them "
+                "was published"
+            )
+        if executed is None:  # the marker moved under us: a concurrent attempt published
+            self.done = _marker_value(current, marker)
+            return False
+        self._check_ids(encoded, start, executed[:-1])
+        self.published += count
+        self.done = max(_marker_value(current, marker), target)
+        return True
+
+    def _check_ids(self, encoded: EncodedBatch, start: int, replies: list[Any]) -> None:
+        for index, reply in enumerate(replies):
+            if isinstance(reply, Exception):
+                raise PublishError(
+                    f"XADD to stream {encoded.stream_of(start + index)!r} failed: {reply}"
+                )
+
+
+def _marker_value(raw: Any, key: str) -> int:
+    if raw is None:
+        return 0
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise PublishError(
+            f"exactly-once marker {key!r} holds {raw!r}, not a row count: was it written by "
+            "something else? Delete it or set exactlyOnce=false"
+        ) from None
+
+
+def _rejection_message(encoded: EncodedBatch) -> str:
+    first = encoded.rejections[0]
+    more = len(encoded.rejections) - 1
+    tail = f" ({more} more row(s) in this batch cannot be published either)" if more else ""
+    return (
+        f"{first.message()}{tail}. Fix the rows, or filter them out before the sink "
+        "(option 'deadLetterTable' is not available yet)"
+    )
+
+
+# --- marker housekeeping (driver) -------------------------------------------------------------
+
+
+def delete_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> None:
+    """Drop markers once no attempt of their write can run again (a finished batch write)."""
+    batch = sorted(set(keys))
+    if not batch:
+        return
+    with translate_errors(endpoint):
+        endpoint.client().delete(*batch)
+
+
+def retire_streaming_markers(
+    options: SinkOptions, query_id: str, batch_id: int, keys: Iterable[str]
+) -> None:
+    """Record micro-batch ``batch_id``'s markers and delete those of earlier micro-batches.
+
+    Runs in the sink's commit of ``batch_id``. Spark plans a micro-batch only after the
+    previous one is in the commit log, so earlier batches can never be replayed; ``batch_id``
+    itself still can (a crash before its commit-log entry), so its markers are kept until the
+    next commit, and the TTL catches what a crash leaves behind.
+    """
+    import json
+
+    registry = marker_registry_key(options, query_id)
+    client = options.endpoint.client()
+    with translate_errors(options.endpoint):
+        listed: dict[Any, Any] = client.hgetall(registry)
+        stale: list[str] = []
+        old_batches: list[Any] = []
+        for raw_batch, raw_keys in listed.items():
+            if int(raw_batch) < batch_id:
+                old_batches.append(raw_batch)
+                stale.extend(json.loads(raw_keys))
+        pipe = client.pipeline(transaction=True)
+        pipe.hset(registry, str(batch_id), json.dumps(sorted(set(keys))))
+        if old_batches:
+            pipe.hdel(registry, *old_batches)
+        if stale:
+            pipe.delete(*stale)
+        pipe.expire(registry, MARKER_TTL_SECONDS)
+        pipe.execute()

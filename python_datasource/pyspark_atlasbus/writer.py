@@ -1,0 +1,126 @@
+"""The batch and streaming sinks: Arrow writers over ``atlasbus.publisher``.
+
+``write`` runs on executors from a pickled copy of the writer; ``commit``/``abort`` run on the
+driver. Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
+``DataSourceStreamArrowWriter``), never as ``Row`` objects.
+
+The exactly-once marker of a task is keyed by a write identity that a rerun of the same work
+shares: for a batch write, an ID made once on the driver (so task and stage retries share it);
+for a streaming query, the query ID (kept in the checkpoint) and the micro-batch ID, which
+Spark hands every task as local properties.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from atlasbus.errors import PublishError
+from atlasbus.publisher import Publisher, delete_markers, marker_key, retire_streaming_markers
+from atlasbus.sink_options import SinkOptions
+
+# Spark's own keys (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass
+class PublishedPartition(WriterCommitMessage):  # type: ignore[misc]
+    """What one task did: entries it added, input rows it skipped as already published."""
+
+    partition: int
+    marker: str | None
+    published: int
+    skipped: int
+    query_id: str | None = None
+
+
+def _publish(
+    options: SinkOptions,
+    write_id: str | None,
+    iterator: Iterator[pa.RecordBatch],
+    query_id: str | None = None,
+) -> PublishedPartition:
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    marker = marker_key(options, write_id, partition) if write_id is not None else None
+    with Publisher(options, marker=marker) as publisher:
+        for batch in iterator:
+            publisher.publish(batch)
+    return PublishedPartition(partition, marker, publisher.published, publisher.skipped, query_id)
+
+
+def _markers(messages: list[WriterCommitMessage | None]) -> list[str]:
+    return [
+        m.marker for m in messages if isinstance(m, PublishedPartition) and m.marker is not None
+    ]
+
+
+class AtlasbusBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """``df.write.format("atlasbus")``."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        # made once on the driver, pickled into every task: retries of a task share it
+        self.write_id = f"w{uuid.uuid4().hex}" if options.exactly_once else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedPartition:
+        """Publish this partition's rows; executor."""
+        return _publish(self.options, self.write_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The job is done and will not run again: its markers can go; driver."""
+        delete_markers(self.options.endpoint, _markers(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """A failed job is not resumed (a rerun is a new write): drop what markers we know."""
+        delete_markers(self.options.endpoint, _markers(messages))
+
+
+class AtlasbusStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """``df.writeStream.format("atlasbus")``."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedPartition:
+        """Publish this partition of the current micro-batch; executor."""
+        if not self.options.exactly_once:
+            return _publish(self.options, None, iterator)
+        query_id, batch_id = _streaming_identity()
+        return _publish(self.options, f"q{query_id}:{batch_id}", iterator, query_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Keep this micro-batch's markers until the next commit, drop older ones; driver."""
+        if not self.options.exactly_once:
+            return
+        query_ids = {
+            m.query_id for m in messages if isinstance(m, PublishedPartition) and m.query_id
+        }
+        for query_id in query_ids:
+            retire_streaming_markers(self.options, query_id, batchId, _markers(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Keep the markers: the micro-batch will be replayed and must skip what was published."""
+
+
+def _streaming_identity() -> tuple[str, str]:
+    context = TaskContext.get()
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if not query_id or batch_id is None:
+        raise PublishError(
+            "exactlyOnce=true needs the streaming query ID and micro-batch ID, which Spark did "
+            f"not pass to this task (local properties {QUERY_ID_PROPERTY!r}, "
+            f"{BATCH_ID_PROPERTY!r}); set exactlyOnce=false to publish at least once"
+        )
+    return query_id, batch_id
