@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from os import PathLike, fspath
 from typing import Literal
 
-from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.dead_letters import DeadLetterTable, DeadLetterTableError
 from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("atlasbus.dead_letters")
@@ -53,16 +53,21 @@ def read_dead_letters(
     if engine not in ENGINES:
         raise ValueError(f"{engine!r} is not a valid engine. Valid values are: {list(ENGINES)}")
     path = fspath(uri)
-    if engine == "delta-spark" or (engine == "auto" and delta_jars_available(spark)):
-        why = (
-            "requested"
-            if engine == "delta-spark"
-            else "the Delta Lake jars are on Spark's classpath"
+    if engine == "delta-rs":
+        use_delta_spark, why = False, "requested"
+    elif delta_jars_available(spark):
+        use_delta_spark = True
+        why = "requested" if engine == "delta-spark" else "the Delta Lake jars are on the classpath"
+    elif engine == "delta-spark":
+        raise DeadLetterTableError(
+            f"cannot read dead-letter table {path!r} with engine='delta-spark': Spark cannot load "
+            f"{_DELTA_SOURCE_CLASS}; put the Delta Lake jars on Spark's classpath "
+            "(io.delta:delta-spark_2.13) or use engine='auto' to read through delta-rs"
         )
+    else:
+        use_delta_spark, why = False, "the Delta Lake jars are not on Spark's classpath"
+    if use_delta_spark:
         log.info("reading dead-letter table %s through delta-spark (%s)", path, why)
         return spark.read.format("delta").load(path)
-    why = (
-        "requested" if engine == "delta-rs" else "the Delta Lake jars are not on Spark's classpath"
-    )
     log.info("reading dead-letter table %s through delta-rs and Arrow (%s)", path, why)
     return spark.createDataFrame(DeadLetterTable(path, storage_options).to_arrow())

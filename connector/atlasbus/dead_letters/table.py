@@ -235,6 +235,8 @@ class DeadLetterTable:
         # an active exception", cf. delta-rs#2184); none did in this form.
         reader = QueryBuilder().register("dead_letters", self.open()).execute(sql)
         data = _conform(pa.table(reader.read_all()))
+        if data.num_rows == 0:  # one empty chunk, not none: pyspark's createDataFrame needs it
+            return DEAD_LETTER_SCHEMA.empty_table()
         if filter is not None and not isinstance(filter, str):
             data = data.filter(filter)
         return data
