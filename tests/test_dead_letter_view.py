@@ -130,3 +130,18 @@ def test_delta_spark_reads_the_table_delta_rs_wrote(
     assert native.schema.simpleString() == arrow.schema.simpleString()  # nullability aside
     key = "dead_letter_id"
     assert native.orderBy(key).collect() == arrow.orderBy(key).collect()
+
+
+def test_spark_computes_the_same_dead_letter_ids(spark: Any) -> None:
+    """The documented formula, so a Spark job can find or join dead letters by ID."""
+    row = spark.sql(
+        "SELECT sha2(concat_ws('\\u001f', 'source-decode', 'atlas_bus:orders', '5-0'), 256) AS a,"
+        " sha2(concat_ws('\\u001f', 'sink-publish', 'q-1/4/0', 0), 256) AS b"
+    ).first()
+    assert (
+        row.a
+        == DeadLetter.for_entry(
+            SOURCE_DECODE, "r", None, stream="atlas_bus:orders", entry_id="5-0"
+        ).dead_letter_id
+    )
+    assert row.b == DeadLetter.for_row("r", None, write_id="q-1/4/0", row=0).dead_letter_id
