@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,12 @@ def test_create_is_idempotent_and_reading_a_missing_table_names_it(
     dlq.create()
     assert dlq.version() == 0
     assert dlq.to_arrow().num_rows == 0
+
+
+def test_the_table_object_pickles_for_executors(tmp_path: Path) -> None:
+    table = DeadLetterTable(tmp_path / "t", storage_options={"AWS_REGION": "eu-west-1"})
+    copy = pickle.loads(pickle.dumps(table))
+    assert (copy.uri, copy.storage_options) == (table.uri, table.storage_options)
 
 
 def test_a_delta_table_with_other_columns_is_refused(tmp_path: Path) -> None:
@@ -255,8 +262,7 @@ def test_sink_dead_letters_are_recorded_once_when_a_task_is_retried(dlq: DeadLet
 
 def test_concurrent_appends_from_two_writers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Delta's optimistic commits make one writer lose each race; it re-runs its MERGE."""
-    uri = tmp_path / "dead_letters"
-    DeadLetterTable(uri).create()
+    uri = tmp_path / "dead_letters"  # not created yet: both writers race to create it too
     start = threading.Barrier(2)
     failures: list[BaseException] = []
 
