@@ -388,8 +388,8 @@ def _check_sizes(
         rejections.add(
             int(row),
             name.decode(),
-            f"makes a message of {total[row].as_py()} bytes, over maxMessageBytes ({limit}); "
-            f"column '{name.decode()}' holds {biggest} bytes",
+            f"is too big: the message would be {total[row].as_py()} bytes, over "
+            f"maxMessageBytes ({limit}); this column holds {biggest} bytes",
         )
 
 
