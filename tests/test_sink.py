@@ -321,20 +321,18 @@ def test_retried_task_skips_what_the_failed_attempt_published(
     options = parse_sink_options({"url": redis_url, "streamPrefix": prefix, "topic": "t"})
     marker = marker_key(options, "wtest", 0)
     # attempt 1 dies after 2500 rows (a crash, or a failing row in the next batch)
-    with pytest.raises(PublishError) as caught:
-        with Publisher(options, marker=marker) as attempt:
-            attempt.publish(numbered(0, 2500))
-            attempt.publish(numbered(2500, 5000, bad=4000))
+    with pytest.raises(PublishError) as caught, Publisher(options, marker=marker) as attempt:
+        attempt.publish(numbered(0, 2500))
+        attempt.publish(numbered(2500, 5000, bad=4000))
     assert str(caught.value).startswith(
         "cannot publish row 4000 (topic 't'): column 'payload' is not a JSON object"
     )
     assert r.xlen(f"{prefix}:t") == 2500
     assert r.get(marker) == b"2500"
     # attempt 2 sees the same rows and fails the same way, adding nothing
-    with pytest.raises(PublishError):
-        with Publisher(options, marker=marker) as attempt:
-            attempt.publish(numbered(0, 2500))
-            attempt.publish(numbered(2500, 5000, bad=4000))
+    with pytest.raises(PublishError), Publisher(options, marker=marker) as attempt:
+        attempt.publish(numbered(0, 2500))
+        attempt.publish(numbered(2500, 5000, bad=4000))
     assert r.xlen(f"{prefix}:t") == 2500
     # attempt 3, with batches cut differently, publishes exactly the rest
     with Publisher(options, marker=marker) as attempt:
