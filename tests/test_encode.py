@@ -383,3 +383,16 @@ def test_command_bytes_slices_rows() -> None:
         b'{"n":3}',
     ]
     assert encoded.count(1, 4) == 3
+
+
+def test_chunks_end_at_a_row_or_byte_limit() -> None:
+    sizes = [10, 10, 5000, 10, 10, 10]
+    batch = pa.record_batch({"payload": pa.array(['{"x":"' + "a" * n + '"}' for n in sizes])})
+    encoded = encode_batch(batch, options(topic="t"), enqueued_time=1.0)
+    row = len(bytes(encoded.command_bytes(0, 1)))
+    assert encoded.chunk_end(0, 1000, 10**9) == 6
+    assert encoded.chunk_end(0, 4, 10**9) == 4
+    assert encoded.chunk_end(0, 1000, 2 * row) == 2  # the big row starts the next chunk
+    assert encoded.chunk_end(2, 1000, 100) == 3  # a chunk holds at least one row
+    assert encoded.chunk_end(3, 1000, 3 * row) == 6
+    assert encoded.chunk_end(1, 1000, 10**9) == 6

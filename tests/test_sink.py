@@ -370,3 +370,21 @@ def test_without_exactly_once_a_retry_publishes_again(
         with Publisher(options, marker=None) as attempt:
             attempt.publish(numbered(0, 1500))
     assert published_numbers(r, f"{prefix}:t") == Counter({n: 2 for n in range(1500)})
+
+
+def test_big_messages_go_out_in_several_transactions(
+    redis_url: str, r: redis.Redis, prefix: str
+) -> None:
+    options = parse_sink_options({"url": redis_url, "streamPrefix": prefix, "topic": "big"})
+    marker = marker_key(options, "wbig", 0)
+    payloads = [json.dumps({"n": n, "blob": "x" * 100_000}) for n in range(100)]
+    execs_before = r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0)
+    with Publisher(options, marker=marker) as attempt:
+        attempt.publish(pa.record_batch({"payload": pa.array(payloads)}))
+    # 10 MB of commands in chunks of at most 4 MB: three transactions
+    assert r.info("commandstats")["cmdstat_exec"]["calls"] - execs_before == 3
+    assert (attempt.published, r.get(marker)) == (100, b"100")
+    with Publisher(options, marker=marker) as retry:
+        retry.publish(pa.record_batch({"payload": pa.array(payloads)}))
+    assert (retry.published, retry.skipped) == (0, 100)
+    assert published_numbers(r, f"{prefix}:big") == Counter(range(100))

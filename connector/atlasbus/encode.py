@@ -70,6 +70,16 @@ class EncodedBatch:
             return memoryview(b"")
         return memoryview(data)[first:last]
 
+    def chunk_end(self, start: int, max_rows: int, max_bytes: int) -> int:
+        """Where a chunk from ``start`` ends: at most ``max_rows`` rows and, past its first
+        row, at most ``max_bytes`` of commands (big messages make small chunks)."""
+        _, offsets_buffer, _ = self.commands.buffers()
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[self.commands.offset :]
+        stop = min(start + max_rows, len(self))
+        limit = int(offsets[start]) + max_bytes
+        within = int(np.searchsorted(offsets[start + 1 : stop + 1], limit, side="right"))
+        return start + max(1, within)
+
     def count(self, start: int, stop: int) -> int:
         """How many of rows ``[start, stop)`` send a command (one reply each)."""
         if self.accepted is None:

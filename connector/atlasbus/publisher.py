@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import redis
 
 CHUNK_ROWS = 1_000
+CHUNK_BYTES = 4 * 1024 * 1024  # keeps a transaction of big messages from swelling Redis
 MARKER_TTL_SECONDS = 7 * 24 * 3600
 MARKER_NAMESPACE = "__atlasbus_sink__"
 
@@ -97,8 +98,12 @@ class Publisher:
     def _connection(self) -> Any:
         if self._conn is None:
             self._client = self.options.endpoint.client()
+            pool = self._client.connection_pool
             with translate_errors(self.options.endpoint):
-                self._conn = self._client.connection_pool.get_connection()
+                try:
+                    self._conn = pool.get_connection()
+                except TypeError:  # redis-py before 5.3 wants a command name
+                    self._conn = pool.get_connection("XADD")
             if self.marker is not None:
                 replies = self._roundtrip(
                     [_resp("WATCH", self.marker), _resp("GET", self.marker)], 2
@@ -146,7 +151,7 @@ class Publisher:
         offset = first + skip  # task-wide number of encoded row 0
         start = 0
         while start < len(encoded):
-            stop = min(start + CHUNK_ROWS, len(encoded))
+            stop = encoded.chunk_end(start, CHUNK_ROWS, CHUNK_BYTES)
             if self.marker is None:
                 self._send_chunk(encoded, start, stop)
                 self.done = offset + stop
