@@ -41,3 +41,39 @@ def publish(
 
 def payload_numbers(rows: list[Any]) -> list[int]:
     return [json.loads(row["payload"])["n"] for row in rows]
+
+
+class BatchCollector:
+    """A foreachBatch function that keeps each micro-batch's rows, in order, on the driver."""
+
+    def __init__(self, columns: tuple[str, ...] = ("topic", "id", "payload", "error")) -> None:
+        self.columns = columns
+        self.batches: list[tuple[int, list[Any]]] = []
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.batches.append((batch_id, frame.select(*self.columns).collect()))
+
+    @property
+    def rows(self) -> list[Any]:
+        return [row for _, rows in self.batches for row in rows]
+
+    def sizes(self) -> list[int]:
+        return [len(rows) for _, rows in self.batches if rows]
+
+
+def stream_reader(spark: Any, redis_url: str, prefix: str, **options: str) -> Any:
+    reader = spark.readStream.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def run_available_now(frame: Any, checkpoint: str, collector: BatchCollector) -> Any:
+    query = (
+        frame.writeStream.foreachBatch(collector)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    return query

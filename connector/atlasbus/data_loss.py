@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from atlasbus.entry_id import EntryId
+from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import DataLossError
 from atlasbus.streams import StreamInfo
 
@@ -32,25 +32,32 @@ class LostRange:
 
 
 def find_lost_range(
-    stream: str, position: EntryId, batch_end: EntryId, info: StreamInfo | None, *,
-    position_still_present: bool | None,
+    stream: str,
+    position: EntryId,
+    batch_end: EntryId,
+    info: StreamInfo | None,
+    *,
+    position_still_present: bool,
 ) -> LostRange | None:
-    """Compare the checkpointed ``position`` with what the stream still holds.
+    """Compare the checkpointed ``position`` (an entry the query read) with the stream now.
 
-    Redis 7 records the greatest deleted ID: anything deleted after our position is loss.
-    Older servers do not, so there loss is inferred when our last-read entry is gone and the
-    stream now starts after it (trimming passed us).
+    Two ways entries vanish: XDEL, which Redis 7 records as the greatest deleted ID, and
+    trimming (XTRIM, XADD MAXLEN), which removes the oldest entries and is recorded nowhere,
+    but which removed our own last-read entry if it passed us.
     """
-    if info is None:
+    if info is None or position == ZERO:
         return None
-    if info.max_deleted is not None:
-        if info.max_deleted > position:
-            return LostRange(stream, position, min(info.max_deleted, batch_end))
+    if info.max_deleted is not None and info.max_deleted > position:
+        return LostRange(stream, position, min(info.max_deleted, batch_end))
+    deleted_by_xdel = info.max_deleted is not None and info.max_deleted >= position
+    if position_still_present or deleted_by_xdel:
         return None
-    if position_still_present is False and info.first is not None and info.first > position:
-        return LostRange(stream, position, info.first.predecessor())
-    if position_still_present is False and info.first is None and info.last_generated > position:
-        return LostRange(stream, position, info.last_generated)
+    if info.first is None:
+        if info.last_generated > position:
+            return LostRange(stream, position, min(info.last_generated, batch_end))
+        return None
+    if info.first > position.successor():
+        return LostRange(stream, position, min(info.first.predecessor(), batch_end))
     return None
 
 

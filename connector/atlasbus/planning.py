@@ -45,10 +45,8 @@ def plan_ranges(
     ranges: list[ReadRange] = []
     for stream in streams:
         after, upto, info = start.get(stream, ZERO), end[stream], infos[stream]
-        if stream in start:
-            present = None
-            if info is not None and info.max_deleted is None and after != ZERO:
-                present = catalog.entry_exists(stream, after)
+        if stream in start and after != ZERO:
+            present = catalog.entry_exists(stream, after)
             lost = find_lost_range(stream, after, upto, info, position_still_present=present)
             if lost is not None:
                 on_data_loss(lost, fail_on_data_loss=options.fail_on_data_loss)

@@ -51,7 +51,24 @@ def starting_offsets(
     if create_group and options.group is not None:
         for stream in sorted(set(streams) | set(positions)):
             catalog.ensure_group(stream, options.group, positions.get(stream, ZERO))
-    return positions
+    return _as_read_entries(catalog, positions)
+
+
+def _as_read_entries(
+    catalog: StreamCatalog, positions: Mapping[str, EntryId]
+) -> dict[str, EntryId]:
+    """Move each position back to the newest entry at or before it.
+
+    Reading "after X" is the same for both, but a real entry lets later batches tell trimming
+    from ordinary progress (see data_loss.py). A stream with no such entry starts from its
+    beginning, like a stream new to the query.
+    """
+    resolved: dict[str, EntryId] = {}
+    for stream, position in positions.items():
+        entry = catalog.last_at_or_before(stream, position) if position != ZERO else None
+        if entry is not None:
+            resolved[stream] = entry
+    return resolved
 
 
 def latest_offsets(

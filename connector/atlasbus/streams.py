@@ -104,6 +104,14 @@ class StreamCatalog:
                     break
         return position, walked
 
+    def last_at_or_before(self, stream: str, position: EntryId) -> EntryId | None:
+        """The newest entry at or before ``position`` (a real entry, for loss checks)."""
+        with translate_errors(self.endpoint):
+            reply = self._redis.execute_command(
+                "XREVRANGE", stream, str(position), "-", "COUNT", 1
+            )
+        return EntryId.parse(reply[0][0]) if reply else None
+
     def entry_exists(self, stream: str, entry: EntryId) -> bool:
         with translate_errors(self.endpoint):
             reply = self._redis.execute_command("XRANGE", stream, str(entry), str(entry))

@@ -30,6 +30,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._available_now_target: StreamOffsets | None = None
+        self._group_position: StreamOffsets | None = None
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -53,10 +54,14 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        committed = StreamOffsets.from_dict(start, what="start offset")
+        # Spark asks for the next batch only once the previous one is committed, and it does
+        # not call commit() after the last batch of an availableNow run: mirror it here too.
+        self._mirror_group(committed)
         end = latest_offsets(
             self._catalog,
             self.options,
-            StreamOffsets.from_dict(start, what="start offset"),
+            committed,
             max_entries=max_entries,
             target=self._available_now_target,
         )
@@ -79,12 +84,16 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read exactly the planned range; executor."""
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
         return read_range(partition.options, partition.read)
 
     def commit(self, end: dict[str, str]) -> None:
         """Move the consumer group (``group`` option) to the committed offsets; driver."""
-        if self.options.group is not None and end:
-            self._catalog.move_group(
-                dict(StreamOffsets.from_dict(end, what="committed offset")), self.options.group
-            )
+        self._mirror_group(StreamOffsets.from_dict(end, what="committed offset"))
+
+    def _mirror_group(self, committed: StreamOffsets) -> None:
+        if self.options.group is None or not committed or committed == self._group_position:
+            return
+        self._catalog.move_group(dict(committed), self.options.group)
+        self._group_position = committed

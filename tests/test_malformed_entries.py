@@ -1,0 +1,121 @@
+"""A malformed entry never fails the query: it becomes an error row carrying its raw fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from helpers import envelope
+
+GOOD = envelope("t", 1)
+
+# (fields to publish, expected error text, expected raw `fields` map)
+MALFORMED: list[tuple[str, dict[bytes | str, bytes | str], str]] = [
+    ("payload not JSON", {**GOOD, "payload": "{not json"}, "field 'payload' is not valid JSON: '{not json'"),
+    ("payload an array", {**GOOD, "payload": "[1, 2]"}, "field 'payload' is not a JSON object: '[1, 2]'"),
+    ("payload a string", {**GOOD, "payload": '"hi"'}, "field 'payload' is not a JSON object: '\"hi\"'"),
+    ("payload missing", {k: v for k, v in GOOD.items() if k != "payload"}, "missing field 'payload'"),
+    ("priority missing", {k: v for k, v in GOOD.items() if k != "priority"}, "missing field 'priority'"),
+    ("priority not numeric", {**GOOD, "priority": "high"}, "field 'priority' must be a decimal integer, got 'high'"),
+    ("payload not UTF-8", {**GOOD, "payload": b'{"a": "\xff\xfe"}'}, "field 'payload' is not valid UTF-8 (byte 7)"),
+    ("tracing not JSON", {**GOOD, "tracing": "trace=1"}, "field 'tracing' is not valid JSON: 'trace=1'"),
+    ("tracing an array", {**GOOD, "tracing": "[]"}, "field 'tracing' is not a JSON object: '[]'"),
+    ("metadata not JSON", {**GOOD, "metadata": "{'a': 1}"}, "field 'metadata' is not valid JSON"),
+    ("delivery_attempts not integer", {**GOOD, "delivery_attempts": "2.5"}, "field 'delivery_attempts' must be a decimal integer, got '2.5'"),
+    ("enqueued_time not a number", {**GOOD, "enqueued_time": "noon"}, "field 'enqueued_time' must be seconds since the epoch, got 'noon'"),
+]
+
+
+def _raw_map(fields: dict[bytes | str, bytes | str]) -> dict[str, str]:
+    def text(value: bytes | str) -> str:
+        return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+
+    return {text(k): text(v) for k, v in fields.items()}
+
+
+def test_each_malformed_kind_becomes_an_error_row_with_raw_fields(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    stream = f"{prefix}:t"
+    ids = {}
+    r.xadd(stream, GOOD)
+    for name, fields, _ in MALFORMED:
+        ids[name] = r.xadd(stream, fields).decode()
+        r.xadd(stream, envelope("t", 2))  # a good neighbour after each bad one
+    rows = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "t")
+        .load()
+        .orderBy("timestamp", "id")
+        .collect()
+    )
+    by_id = {row["id"]: row for row in rows}
+    assert len(rows) == 1 + 2 * len(MALFORMED)
+    good = [row for row in rows if row["error"] is None]
+    assert len(good) == 1 + len(MALFORMED)
+    assert all(row["fields"] is None and json.loads(row["payload"])["topic"] == "t" for row in good)
+    for name, fields, message in MALFORMED:
+        row = by_id[ids[name]]
+        assert message in row["error"], name
+        assert row["fields"] == _raw_map(fields), name
+        assert row["payload"] is None and row["priority"] is None, name
+        assert (row["topic"], row["stream"]) == ("t", stream)
+
+
+def test_include_raw_fields_fills_fields_for_good_rows_too(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    entry_id = r.xadd(f"{prefix}:t", GOOD).decode()
+    row = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "t")
+        .option("includeRawFields", "true")
+        .load()
+        .collect()[0]
+    )
+    assert row["id"] == entry_id and row["error"] is None
+    assert row["fields"] == GOOD
+    assert row["priority"] == 1 and row["tracing"] == {"trace_id": "trace-1"} and row["metadata"] == {}
+
+
+def test_optional_fields_take_their_defaults(spark: Any, r: redis.Redis, redis_url: str, prefix: str) -> None:
+    r.xadd(f"{prefix}:t", {"payload": '{"a": {"b": [1, 2]}}', "priority": "3", "tracing": '{"n": 1, "s": "x"}'})
+    row = (
+        spark.read.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
+        .option("topics", "t").load().collect()[0]
+    )
+    assert row["error"] is None
+    assert (row["priority"], row["delivery_attempts"], row["correlation_id"]) == (3, 0, None)
+    assert row["tracing"] == {"n": "1", "s": "x"} and row["metadata"] == {}
+    assert row["enqueued_time"] is None
+
+
+def test_raw_format_reads_any_stream(spark: Any, r: redis.Redis, redis_url: str) -> None:
+    key = f"sensor-{id(r)}"
+    first = r.xadd(key, {"temp": "21.5", "bytes": b"\xff"}).decode()
+    rows = (
+        spark.read.format("atlasbus").option("url", redis_url).option("streams", key)
+        .option("format", "raw").load().collect()
+    )
+    assert [(row["topic"], row["stream"], row["id"]) for row in rows] == [(key, key, first)]
+    assert rows[0]["fields"] == {"temp": "21.5", "bytes": "\\xff"}
+    assert rows[0].asDict().keys() == {"topic", "stream", "id", "timestamp", "fields"}
+
+
+@pytest.mark.parametrize("mixed_order", [False, True])
+def test_core_decoder_handles_mixed_field_orders(mixed_order: bool) -> None:
+    from atlasbus.decode import decode_envelopes
+
+    a = [b"payload", b'{"x": 1}', b"priority", b"1"]
+    b = [b"priority", b"2", b"payload", b'{"x": 2}'] if mixed_order else [b"payload", b'{"x": 2}', b"priority", b"2"]
+    batch = decode_envelopes([[b"1-0", a], [b"1-1", b]], topic="t", stream="s:t", include_raw_fields=False)
+    assert batch.column("priority").to_pylist() == [1, 2]
+    assert batch.column("payload").to_pylist() == ['{"x": 1}', '{"x": 2}']
+    assert batch.column("error").to_pylist() == [None, None]
