@@ -62,7 +62,9 @@ class BatchCollector:
 
 
 def stream_reader(spark: Any, redis_url: str, prefix: str, **options: str) -> Any:
-    reader = spark.readStream.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
+    reader = (
+        spark.readStream.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()

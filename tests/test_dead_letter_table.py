@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import redis
+from deltalake import DeltaTable, write_deltalake
+
 from atlasbus.dead_letters import (
     COLUMNS,
     DATA_LOSS,
@@ -29,7 +31,6 @@ from atlasbus.dead_letters import (
     split_decoded,
 )
 from atlasbus.decode import decode_envelopes
-from deltalake import DeltaTable, write_deltalake
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from atlasbus.dead_letters import (
     COLUMNS,
     SINK_PUBLISH,

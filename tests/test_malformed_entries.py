@@ -14,18 +14,58 @@ GOOD = envelope("t", 1)
 
 # (fields to publish, expected error text, expected raw `fields` map)
 MALFORMED: list[tuple[str, dict[bytes | str, bytes | str], str]] = [
-    ("payload not JSON", {**GOOD, "payload": "{not json"}, "field 'payload' is not valid JSON: '{not json'"),
-    ("payload an array", {**GOOD, "payload": "[1, 2]"}, "field 'payload' is not a JSON object: '[1, 2]'"),
-    ("payload a string", {**GOOD, "payload": '"hi"'}, "field 'payload' is not a JSON object: '\"hi\"'"),
-    ("payload missing", {k: v for k, v in GOOD.items() if k != "payload"}, "missing field 'payload'"),
-    ("priority missing", {k: v for k, v in GOOD.items() if k != "priority"}, "missing field 'priority'"),
-    ("priority not numeric", {**GOOD, "priority": "high"}, "field 'priority' must be a decimal integer, got 'high'"),
-    ("payload not UTF-8", {**GOOD, "payload": b'{"a": "\xff\xfe"}'}, "field 'payload' is not valid UTF-8 (byte 7)"),
-    ("tracing not JSON", {**GOOD, "tracing": "trace=1"}, "field 'tracing' is not valid JSON: 'trace=1'"),
+    (
+        "payload not JSON",
+        {**GOOD, "payload": "{not json"},
+        "field 'payload' is not valid JSON: '{not json'",
+    ),
+    (
+        "payload an array",
+        {**GOOD, "payload": "[1, 2]"},
+        "field 'payload' is not a JSON object: '[1, 2]'",
+    ),
+    (
+        "payload a string",
+        {**GOOD, "payload": '"hi"'},
+        "field 'payload' is not a JSON object: '\"hi\"'",
+    ),
+    (
+        "payload missing",
+        {k: v for k, v in GOOD.items() if k != "payload"},
+        "missing field 'payload'",
+    ),
+    (
+        "priority missing",
+        {k: v for k, v in GOOD.items() if k != "priority"},
+        "missing field 'priority'",
+    ),
+    (
+        "priority not numeric",
+        {**GOOD, "priority": "high"},
+        "field 'priority' must be a decimal integer, got 'high'",
+    ),
+    (
+        "payload not UTF-8",
+        {**GOOD, "payload": b'{"a": "\xff\xfe"}'},
+        "field 'payload' is not valid UTF-8 (byte 7)",
+    ),
+    (
+        "tracing not JSON",
+        {**GOOD, "tracing": "trace=1"},
+        "field 'tracing' is not valid JSON: 'trace=1'",
+    ),
     ("tracing an array", {**GOOD, "tracing": "[]"}, "field 'tracing' is not a JSON object: '[]'"),
     ("metadata not JSON", {**GOOD, "metadata": "{'a': 1}"}, "field 'metadata' is not valid JSON"),
-    ("delivery_attempts not integer", {**GOOD, "delivery_attempts": "2.5"}, "field 'delivery_attempts' must be a decimal integer, got '2.5'"),
-    ("enqueued_time not a number", {**GOOD, "enqueued_time": "noon"}, "field 'enqueued_time' must be seconds since the epoch, got 'noon'"),
+    (
+        "delivery_attempts not integer",
+        {**GOOD, "delivery_attempts": "2.5"},
+        "field 'delivery_attempts' must be a decimal integer, got '2.5'",
+    ),
+    (
+        "enqueued_time not a number",
+        {**GOOD, "enqueued_time": "noon"},
+        "field 'enqueued_time' must be seconds since the epoch, got 'noon'",
+    ),
 ]
 
 
@@ -82,14 +122,25 @@ def test_include_raw_fields_fills_fields_for_good_rows_too(
     )
     assert row["id"] == entry_id and row["error"] is None
     assert row["fields"] == GOOD
-    assert row["priority"] == 1 and row["tracing"] == {"trace_id": "trace-1"} and row["metadata"] == {}
+    assert (
+        row["priority"] == 1 and row["tracing"] == {"trace_id": "trace-1"} and row["metadata"] == {}
+    )
 
 
-def test_optional_fields_take_their_defaults(spark: Any, r: redis.Redis, redis_url: str, prefix: str) -> None:
-    r.xadd(f"{prefix}:t", {"payload": '{"a": {"b": [1, 2]}}', "priority": "3", "tracing": '{"n": 1, "s": "x"}'})
+def test_optional_fields_take_their_defaults(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    r.xadd(
+        f"{prefix}:t",
+        {"payload": '{"a": {"b": [1, 2]}}', "priority": "3", "tracing": '{"n": 1, "s": "x"}'},
+    )
     row = (
-        spark.read.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
-        .option("topics", "t").load().collect()[0]
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "t")
+        .load()
+        .collect()[0]
     )
     assert row["error"] is None
     assert (row["priority"], row["delivery_attempts"], row["correlation_id"]) == (3, 0, None)
@@ -101,8 +152,12 @@ def test_raw_format_reads_any_stream(spark: Any, r: redis.Redis, redis_url: str)
     key = f"sensor-{id(r)}"
     first = r.xadd(key, {"temp": "21.5", "bytes": b"\xff"}).decode()
     rows = (
-        spark.read.format("atlasbus").option("url", redis_url).option("streams", key)
-        .option("format", "raw").load().collect()
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streams", key)
+        .option("format", "raw")
+        .load()
+        .collect()
     )
     assert [(row["topic"], row["stream"], row["id"]) for row in rows] == [(key, key, first)]
     assert rows[0]["fields"] == {"temp": "21.5", "bytes": "\\xff"}
@@ -114,8 +169,14 @@ def test_core_decoder_handles_mixed_field_orders(mixed_order: bool) -> None:
     from atlasbus.decode import decode_envelopes
 
     a = [b"payload", b'{"x": 1}', b"priority", b"1"]
-    b = [b"priority", b"2", b"payload", b'{"x": 2}'] if mixed_order else [b"payload", b'{"x": 2}', b"priority", b"2"]
-    batch = decode_envelopes([[b"1-0", a], [b"1-1", b]], topic="t", stream="s:t", include_raw_fields=False)
+    b = (
+        [b"priority", b"2", b"payload", b'{"x": 2}']
+        if mixed_order
+        else [b"payload", b'{"x": 2}', b"priority", b"2"]
+    )
+    batch = decode_envelopes(
+        [[b"1-0", a], [b"1-1", b]], topic="t", stream="s:t", include_raw_fields=False
+    )
     assert batch.column("priority").to_pylist() == [1, 2]
     assert batch.column("payload").to_pylist() == ['{"x": 1}', '{"x": 2}']
     assert batch.column("error").to_pylist() == [None, None]

@@ -12,6 +12,7 @@ Run as a script, this file is the child: ``python test_sink_exactly_once.py URL 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -92,10 +93,8 @@ def descendants(pid: int) -> list[int]:
 
 def kill_tree(process: subprocess.Popen[bytes]) -> None:
     for pid in descendants(process.pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     process.wait(timeout=30)
 
 

@@ -27,11 +27,18 @@ def test_ending_offsets_bound_a_batch_read_exactly(
 ) -> None:
     ids = publish(r, prefix, "orders", 100)
     publish(r, prefix, "payments", 10)
-    rows = batch(
-        spark, redis_url, prefix, topics="orders,payments",
-        startingOffsets=json.dumps({"orders": ids[9]}),
-        endingOffsets=json.dumps({"orders": ids[59], "payments": "0-0"}),
-    ).orderBy("timestamp", "id").collect()
+    rows = (
+        batch(
+            spark,
+            redis_url,
+            prefix,
+            topics="orders,payments",
+            startingOffsets=json.dumps({"orders": ids[9]}),
+            endingOffsets=json.dumps({"orders": ids[59], "payments": "0-0"}),
+        )
+        .orderBy("timestamp", "id")
+        .collect()
+    )
     assert [row["id"] for row in rows] == ids[10:60]
     assert payload_numbers(rows) == list(range(10, 60))
 
@@ -41,7 +48,13 @@ def test_batch_read_defaults_to_everything_and_reads_every_topic(
 ) -> None:
     publish(r, prefix, "a", 30)
     publish(r, prefix, "b", 20)
-    counts = {row["topic"]: row["count"] for row in batch(spark, redis_url, prefix, topicPattern="*").groupBy("topic").count().collect()}
+    counts = {
+        row["topic"]: row["count"]
+        for row in batch(spark, redis_url, prefix, topicPattern="*")
+        .groupBy("topic")
+        .count()
+        .collect()
+    }
     assert counts == {"a": 30, "b": 20}
 
 
@@ -59,7 +72,9 @@ def test_empty_or_missing_streams_read_as_empty(spark: Any, redis_url: str, pref
     assert batch(spark, redis_url, prefix, topics="nothing-here").count() == 0
 
 
-def test_format_resolves_in_a_fresh_session_without_registering(redis_url: str, tmp_path: Any) -> None:
+def test_format_resolves_in_a_fresh_session_without_registering(
+    redis_url: str, tmp_path: Any
+) -> None:
     """As a user gets it after `pip install`: a new process, a new SparkSession, no register()."""
     script = textwrap.dedent(
         f"""
@@ -74,13 +89,20 @@ def test_format_resolves_in_a_fresh_session_without_registering(redis_url: str, 
         spark.stop()
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert "ROWS 1 2" in done.stdout, done.stderr[-3000:]
 
 
 def test_unreachable_redis_is_named_by_host_and_port(spark: Any) -> None:
     port = free_port()
-    frame = spark.read.format("atlasbus").option("url", f"redis://:hunter2@127.0.0.1:{port}/0").option("topics", "t").load()
+    frame = (
+        spark.read.format("atlasbus")
+        .option("url", f"redis://:hunter2@127.0.0.1:{port}/0")
+        .option("topics", "t")
+        .load()
+    )
     with pytest.raises(Exception) as info:
         frame.collect()
     message = str(info.value)
@@ -88,17 +110,26 @@ def test_unreachable_redis_is_named_by_host_and_port(spark: Any) -> None:
     assert "hunter2" not in message
 
 
-def test_wrong_credentials_are_refused_without_echoing_the_password(spark: Any, redis_url: str, r: redis.Redis) -> None:
+def test_wrong_credentials_are_refused_without_echoing_the_password(
+    spark: Any, redis_url: str, r: redis.Redis
+) -> None:
     r.acl_setuser("reader", enabled=True, passwords=["+right-pw"], commands=["+@all"], keys=["*"])
     try:
         frame = (
-            spark.read.format("atlasbus").option("url", redis_url).option("topics", "t")
-            .option("username", "reader").option("password", "wrong-pw").load()
+            spark.read.format("atlasbus")
+            .option("url", redis_url)
+            .option("topics", "t")
+            .option("username", "reader")
+            .option("password", "wrong-pw")
+            .load()
         )
         with pytest.raises(Exception) as info:
             frame.collect()
     finally:
         r.acl_deluser("reader")
     message = str(info.value)
-    assert "refused user 'reader'" in message and "Check the 'username' and 'password' options" in message
+    assert (
+        "refused user 'reader'" in message
+        and "Check the 'username' and 'password' options" in message
+    )
     assert "wrong-pw" not in message and "right-pw" not in message

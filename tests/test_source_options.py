@@ -16,29 +16,74 @@ BAD_OPTIONS = [
         {"topics": "a", "streams": "x"},
         "exactly one of options 'topics', 'topicPattern', 'streams' must be set (got topics, streams)",
     ),
-    ({"topics": "a,,b"}, "option 'topics' must be a comma-separated list of non-empty names, got 'a,,b'"),
+    (
+        {"topics": "a,,b"},
+        "option 'topics' must be a comma-separated list of non-empty names, got 'a,,b'",
+    ),
     ({"topics": "a,b,a"}, "option 'topics' lists a more than once"),
     ({"topicPattern": " "}, "option 'topicPattern' must not be empty"),
-    ({"topics": "a", "url": "http://h:1"}, "option 'url' must be a Redis URL starting with redis://"),
+    (
+        {"topics": "a", "url": "http://h:1"},
+        "option 'url' must be a Redis URL starting with redis://",
+    ),
     ({"topics": "a", "url": "redis://h:notaport"}, "option 'url' has an invalid port"),
-    ({"topics": "a", "startingOffsets": "first"}, "option 'startingOffsets' must be earliest, latest, group, or a JSON object"),
-    ({"topics": "a", "startingOffsets": "group"}, "option 'startingOffsets' is 'group' but option 'group' is not set"),
-    ({"topics": "a", "startingOffsets": '{"a": 5}'}, "option 'startingOffsets': the position of 'a' must be an entry ID string"),
-    ({"topics": "a", "startingOffsets": '{"zzz": "1-0"}'}, "option 'startingOffsets' names 'zzz', which is not in the subscription (topics a)"),
-    ({"topics": "a", "startingOffsets": '{"a": "x-1"}'}, "option 'startingOffsets' for 'a' 'x-1' is not a Redis stream entry ID"),
+    (
+        {"topics": "a", "startingOffsets": "first"},
+        "option 'startingOffsets' must be earliest, latest, group, or a JSON object",
+    ),
+    (
+        {"topics": "a", "startingOffsets": "group"},
+        "option 'startingOffsets' is 'group' but option 'group' is not set",
+    ),
+    (
+        {"topics": "a", "startingOffsets": '{"a": 5}'},
+        "option 'startingOffsets': the position of 'a' must be an entry ID string",
+    ),
+    (
+        {"topics": "a", "startingOffsets": '{"zzz": "1-0"}'},
+        "option 'startingOffsets' names 'zzz', which is not in the subscription (topics a)",
+    ),
+    (
+        {"topics": "a", "startingOffsets": '{"a": "x-1"}'},
+        "option 'startingOffsets' for 'a' 'x-1' is not a Redis stream entry ID",
+    ),
     ({"topics": "a", "startingOffsets": "{bad json"}, "option 'startingOffsets' is not valid JSON"),
-    ({"topics": "a", "startingOffsets": "earliest", "startingTimestamp": "5"}, "options 'startingOffsets' and 'startingTimestamp' cannot both be set"),
-    ({"topics": "a", "startingTimestamp": "yesterday"}, "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), got 'yesterday'"),
-    ({"topics": "a", "endingOffsets": "soon"}, "option 'endingOffsets' must be latest or a JSON object"),
-    ({"topics": "a", "maxEntriesPerTrigger": "0"}, "option 'maxEntriesPerTrigger' must be a positive integer, got '0'"),
-    ({"topics": "a", "maxEntriesPerPartition": "lots"}, "option 'maxEntriesPerPartition' must be a positive integer, got 'lots'"),
+    (
+        {"topics": "a", "startingOffsets": "earliest", "startingTimestamp": "5"},
+        "options 'startingOffsets' and 'startingTimestamp' cannot both be set",
+    ),
+    (
+        {"topics": "a", "startingTimestamp": "yesterday"},
+        "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), got 'yesterday'",
+    ),
+    (
+        {"topics": "a", "endingOffsets": "soon"},
+        "option 'endingOffsets' must be latest or a JSON object",
+    ),
+    (
+        {"topics": "a", "maxEntriesPerTrigger": "0"},
+        "option 'maxEntriesPerTrigger' must be a positive integer, got '0'",
+    ),
+    (
+        {"topics": "a", "maxEntriesPerPartition": "lots"},
+        "option 'maxEntriesPerPartition' must be a positive integer, got 'lots'",
+    ),
     ({"topics": "a", "pageSize": "-5"}, "option 'pageSize' must be a positive integer, got '-5'"),
-    ({"topics": "a", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss' must be 'true' or 'false', got 'maybe'"),
-    ({"topics": "a", "includeRawFields": "yes"}, "option 'includeRawFields' must be 'true' or 'false', got 'yes'"),
+    (
+        {"topics": "a", "failOnDataLoss": "maybe"},
+        "option 'failOnDataLoss' must be 'true' or 'false', got 'maybe'",
+    ),
+    (
+        {"topics": "a", "includeRawFields": "yes"},
+        "option 'includeRawFields' must be 'true' or 'false', got 'yes'",
+    ),
     ({"topics": "a", "format": "avro"}, "option 'format' must be one of envelope, raw, got 'avro'"),
     ({"topics": "a", "group": ""}, "option 'group' must not be empty"),
     ({"topics": "a", "streamPrefix": ""}, "option 'streamPrefix' must not be empty"),
-    ({"topics": "a", "maxEntriesPerTriger": "5"}, "unknown option 'maxEntriesPerTriger'. Did you mean 'maxEntriesPerTrigger'?"),
+    (
+        {"topics": "a", "maxEntriesPerTriger": "5"},
+        "unknown option 'maxEntriesPerTriger'. Did you mean 'maxEntriesPerTrigger'?",
+    ),
     ({"topics": "a", "deadLetterTable": "/tmp/x"}, "option 'deadLetterTable' is not yet supported"),
     ({"topics": "a", "trimConsumed": "true"}, "option 'trimConsumed' is not yet supported"),
 ]
@@ -70,7 +115,11 @@ def test_keys_are_case_insensitive_and_values_typed() -> None:
 
 def test_password_never_appears_in_the_options_repr() -> None:
     parsed = parse_source_options(
-        {"topics": "a", "url": "redis://user:s3cretpw@db.example:6380/0", "password": "other-secret"}
+        {
+            "topics": "a",
+            "url": "redis://user:s3cretpw@db.example:6380/0",
+            "password": "other-secret",
+        }
     )
     shown = repr(parsed)
     assert "s3cretpw" not in shown and "other-secret" not in shown
@@ -84,6 +133,10 @@ def test_a_bad_option_fails_at_load_in_spark(spark: Any) -> None:
     batch = spark.read.format("atlasbus").option("topics", "a").option("startingOffsets", "latest")
     with pytest.raises(Exception, match="cannot be 'latest' for a batch read"):
         batch.load().collect()
-    stream = spark.readStream.format("atlasbus").option("topics", "a").option("endingOffsets", '{"a": "1-0"}')
+    stream = (
+        spark.readStream.format("atlasbus")
+        .option("topics", "a")
+        .option("endingOffsets", '{"a": "1-0"}')
+    )
     with pytest.raises(Exception, match="'endingOffsets' is for batch reads"):
         stream.load().writeStream.format("noop").start().awaitTermination(30)

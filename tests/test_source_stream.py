@@ -21,7 +21,9 @@ def test_cold_start_reads_all_history_by_default(
 ) -> None:
     published = publish(r, prefix, "orders", 1000)
     collector = BatchCollector()
-    run_available_now(stream_reader(spark, redis_url, prefix, topics="orders"), str(tmp_path), collector)
+    run_available_now(
+        stream_reader(spark, redis_url, prefix, topics="orders"), str(tmp_path), collector
+    )
     assert [row["id"] for row in collector.rows] == published
     assert payload_numbers(collector.rows) == list(range(1000))
 
@@ -54,14 +56,18 @@ def test_restart_resumes_exactly_where_it_stopped(
     publish(r, prefix, "payments", 1000)
     checkpoint = str(tmp_path / "ck")
     first = BatchCollector()
-    run_available_now(stream_reader(spark, redis_url, prefix, topics="orders,payments"), checkpoint, first)
+    run_available_now(
+        stream_reader(spark, redis_url, prefix, topics="orders,payments"), checkpoint, first
+    )
     assert len(first.rows) == 2000
 
     # The query is down while 500 more arrive (250 per topic).
     later = {"orders": publish(r, prefix, "orders", 250, start=1000)}
     later["payments"] = publish(r, prefix, "payments", 250, start=1000)
     second = BatchCollector()
-    run_available_now(stream_reader(spark, redis_url, prefix, topics="orders,payments"), checkpoint, second)
+    run_available_now(
+        stream_reader(spark, redis_url, prefix, topics="orders,payments"), checkpoint, second
+    )
 
     rows = second.rows
     assert len(rows) == 500
@@ -77,8 +83,12 @@ def test_parallel_ranges_cover_a_hot_stream_exactly(
 ) -> None:
     published = publish(r, prefix, "hot", 100_000, chunk=5000)
     frame = (
-        spark.read.format("atlasbus").option("url", redis_url).option("streamPrefix", prefix)
-        .option("topics", "hot").option("maxEntriesPerPartition", "10000").load()
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "hot")
+        .option("maxEntriesPerPartition", "10000")
+        .load()
     )
     assert frame.rdd.getNumPartitions() >= 10
     per_task = frame.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
@@ -100,7 +110,11 @@ def test_max_entries_per_trigger_caps_each_batch(
     if available_now:
         run_available_now(frame, str(tmp_path), collector)
     else:
-        query = frame.writeStream.foreachBatch(collector).option("checkpointLocation", str(tmp_path)).start()
+        query = (
+            frame.writeStream.foreachBatch(collector)
+            .option("checkpointLocation", str(tmp_path))
+            .start()
+        )
         try:
             query.processAllAvailable()
         finally:
@@ -124,7 +138,9 @@ def test_group_mirrors_committed_offsets_and_seeds_new_checkpoints(
 
     collector_ids: list[str] = []
     query = (
-        stream_reader(spark, redis_url, prefix, topics="orders", group="etl", maxEntriesPerTrigger="1000")
+        stream_reader(
+            spark, redis_url, prefix, topics="orders", group="etl", maxEntriesPerTrigger="1000"
+        )
         .writeStream.foreachBatch(check_group)
         .option("checkpointLocation", str(tmp_path / "one"))
         .trigger(availableNow=True)
@@ -140,7 +156,9 @@ def test_group_mirrors_committed_offsets_and_seeds_new_checkpoints(
     later = publish(r, prefix, "orders", 300, start=3000)
     resumed = BatchCollector()
     run_available_now(
-        stream_reader(spark, redis_url, prefix, topics="orders", group="etl", startingOffsets="group"),
+        stream_reader(
+            spark, redis_url, prefix, topics="orders", group="etl", startingOffsets="group"
+        ),
         str(tmp_path / "two"),
         resumed,
     )
@@ -177,10 +195,14 @@ def test_trimmed_entries_fail_the_restart_naming_stream_and_range(
     stream = f"{prefix}:orders"
     first_ids = publish(r, prefix, "orders", 100)
     checkpoint = str(tmp_path / "ck")
-    run_available_now(stream_reader(spark, redis_url, prefix, topics="orders"), checkpoint, BatchCollector())
+    run_available_now(
+        stream_reader(spark, redis_url, prefix, topics="orders"), checkpoint, BatchCollector()
+    )
 
     unread = publish(r, prefix, "orders", 100, start=100)
-    r.xtrim(stream, maxlen=40, approximate=False)  # removes the last-read entry and 60 never-read ones
+    r.xtrim(
+        stream, maxlen=40, approximate=False
+    )  # removes the last-read entry and 60 never-read ones
     survivors = unread[60:]
 
     query = (
@@ -198,7 +220,9 @@ def test_trimmed_entries_fail_the_restart_naming_stream_and_range(
 
     collector = BatchCollector()
     run_available_now(
-        stream_reader(spark, redis_url, prefix, topics="orders", failOnDataLoss="false"), checkpoint, collector
+        stream_reader(spark, redis_url, prefix, topics="orders", failOnDataLoss="false"),
+        checkpoint,
+        collector,
     )
     assert [row["id"] for row in collector.rows] == survivors
 
@@ -207,7 +231,9 @@ def test_payloads_survive_the_trip_unchanged(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
     payload = {"name": "Zoë", "emoji": "🚌", "nested": {"list": [1, 2.5, None, True]}}
-    r.xadd(f"{prefix}:t", {"payload": json.dumps(payload), "priority": "0", "metadata": '{"k": "v"}'})
+    r.xadd(
+        f"{prefix}:t", {"payload": json.dumps(payload), "priority": "0", "metadata": '{"k": "v"}'}
+    )
     collector = BatchCollector(columns=("payload", "priority", "metadata", "error"))
     run_available_now(stream_reader(spark, redis_url, prefix, topics="t"), str(tmp_path), collector)
     (row,) = collector.rows

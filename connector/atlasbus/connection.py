@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from atlasbus.errors import ConfigurationError, RedisUnavailableError
@@ -92,7 +92,7 @@ class RedisEndpoint:
             socket_connect_timeout=10,
             socket_timeout=120,
             health_check_interval=30,
-            **overrides,  # type: ignore[arg-type]
+            **overrides,
         )
         with translate_errors(self):
             client.ping()
@@ -123,7 +123,9 @@ class translate_errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(
+        self, exc_type: type | None, exc: BaseException | None, tb: object
+    ) -> Literal[False]:
         if exc is None:
             return False
         import redis

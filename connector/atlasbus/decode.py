@@ -57,7 +57,11 @@ def decode_envelopes(
     _check_json_objects(columns.get(wire.PAYLOAD), wire.PAYLOAD, errors)
     priority = _int_column(columns, wire.PRIORITY, errors, required=True, default=None)
     attempts = _int_column(
-        columns, wire.DELIVERY_ATTEMPTS, errors, required=False, default=wire.DEFAULT_DELIVERY_ATTEMPTS
+        columns,
+        wire.DELIVERY_ATTEMPTS,
+        errors,
+        required=False,
+        default=wire.DEFAULT_DELIVERY_ATTEMPTS,
     )
     correlation_id = _text_column(columns, wire.CORRELATION_ID, errors, required=False)
     tracing = _map_column(columns.get(wire.TRACING), wire.TRACING, errors, size)
@@ -242,7 +246,9 @@ def _parse_seconds(value: bytes | None, row: int, errors: _Errors) -> float | No
     except ValueError:
         seconds = float("nan")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        errors.add(row, f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}")
+        errors.add(
+            row, f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}"
+        )
         return None
     return seconds
 
@@ -319,7 +325,9 @@ def _raw_fields(field_lists: list[Sequence[bytes]], only: list[bool] | None) -> 
         offsets.append(len(keys))
         validity.append(True)
     offsets_array = pa.array(offsets, pa.int32())
-    maps = pa.MapArray.from_arrays(offsets_array, pa.array(keys, pa.string()), pa.array(items, pa.string()))
+    maps = pa.MapArray.from_arrays(
+        offsets_array, pa.array(keys, pa.string()), pa.array(items, pa.string())
+    )
     if only is None:
         return maps
     return pc.if_else(pa.array(validity, pa.bool_()), maps, pa.scalar(None, STRING_MAP))

@@ -86,7 +86,9 @@ class OptionReader:
             )
             hint = ""
             if close:
-                hint = f" Did you mean '{next(a for a in accepted_names if a.lower() == close[0])}'?"
+                hint = (
+                    f" Did you mean '{next(a for a in accepted_names if a.lower() == close[0])}'?"
+                )
             raise ConfigurationError(
                 f"unknown option '{given}'.{hint} Accepted options: {', '.join(accepted_names)}"
             )

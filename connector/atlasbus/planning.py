@@ -9,6 +9,7 @@ falls in exactly one piece whatever the cuts are.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -93,4 +94,4 @@ def split_range(
             EntryId(low + (high - low + 1) * i // pieces, 0).predecessor() for i in range(1, pieces)
         ]
     bounds = [after, *sorted({c for c in cuts if after < c < upto}), upto]
-    return list(zip(bounds, bounds[1:], strict=False))
+    return list(itertools.pairwise(bounds))

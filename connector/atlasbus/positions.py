@@ -42,7 +42,7 @@ def starting_offsets(
         missing = sorted(set(streams) - set(positions))
         if missing:
             log.info(
-                "consumer group %r does not exist yet on %s: starting there from the earliest entry",
+                "consumer group %r does not exist yet on %s: starting there from the earliest",
                 options.group,
                 ", ".join(missing),
             )

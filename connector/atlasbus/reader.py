@@ -33,7 +33,7 @@ def read_range(options: SourceOptions, read: ReadRange) -> Iterator[pa.RecordBat
     upto = str(read.upto)
     try:
         with translate_errors(options.endpoint):
-            connection.send_command(
+            connection.send_command(  # type: ignore[no-untyped-call]
                 "XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size
             )
             awaiting_reply = True
@@ -42,7 +42,7 @@ def read_range(options: SourceOptions, read: ReadRange) -> Iterator[pa.RecordBat
                 page = connection.read_response()
                 awaiting_reply = False
                 if len(page) == page_size:
-                    connection.send_command(
+                    connection.send_command(  # type: ignore[no-untyped-call]
                         "XRANGE", read.stream, b"(" + page[-1][0], upto, "COUNT", page_size
                     )
                     awaiting_reply = True
@@ -54,7 +54,7 @@ def read_range(options: SourceOptions, read: ReadRange) -> Iterator[pa.RecordBat
                 yield decode(pending)
     finally:
         if awaiting_reply:
-            connection.disconnect()
+            connection.disconnect()  # type: ignore[no-untyped-call]
         pool.release(connection)
 
 

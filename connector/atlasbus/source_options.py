@@ -163,11 +163,13 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         )
         or DEFAULT_MAX_ENTRIES_PER_PARTITION,
         fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
-        format="raw" if reader.choice(FORMAT, ("envelope", "raw"), "envelope") == "raw" else "envelope",
+        format="raw"
+        if reader.choice(FORMAT, ("envelope", "raw"), "envelope") == "raw"
+        else "envelope",
         include_raw_fields=reader.boolean(INCLUDE_RAW_FIELDS, False),
         page_size=reader.positive_int(PAGE_SIZE, DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
     )
-    reader.reject_unknown(SOURCE_OPTIONS + (DEAD_LETTER_TABLE, TRIM_CONSUMED), ignored=("path",))
+    reader.reject_unknown((*SOURCE_OPTIONS, DEAD_LETTER_TABLE, TRIM_CONSUMED), ignored=("path",))
     return parsed
 
 
@@ -240,9 +242,7 @@ def _parse_starting(
     return StartingPosition("offsets", offsets=offsets)
 
 
-def _parse_ending(
-    reader: OptionReader, subscription: Subscription
-) -> Mapping[str, EntryId] | None:
+def _parse_ending(reader: OptionReader, subscription: Subscription) -> Mapping[str, EntryId] | None:
     raw = reader.string(ENDING_OFFSETS)
     if raw is None or raw.strip().lower() == "latest":
         return None
@@ -261,7 +261,9 @@ def _parse_offsets_json(
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"option '{name}' is not valid JSON ({exc.msg}): {text!r}") from None
+        raise ConfigurationError(
+            f"option '{name}' is not valid JSON ({exc.msg}): {text!r}"
+        ) from None
     if not isinstance(raw, dict) or not raw:
         raise ConfigurationError(
             f'option \'{name}\' must be a non-empty JSON object like {{"topic": "1700000000000-0"}}'

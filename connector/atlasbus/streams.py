@@ -61,7 +61,7 @@ class StreamCatalog:
         with translate_errors(self.endpoint):
             pipe = self._redis.pipeline(transaction=False)
             for stream in streams:
-                pipe.execute_command("XINFO", "STREAM", stream)
+                _command(pipe, "XINFO", "STREAM", stream)
             replies = pipe.execute(raise_on_error=False)
         result: dict[str, StreamInfo | None] = {}
         for stream, reply in zip(streams, replies, strict=True):
@@ -76,8 +76,8 @@ class StreamCatalog:
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
         """The ID of the first entry in ``(after, upto]``, or None if the range is empty."""
         with translate_errors(self.endpoint):
-            reply = self._redis.execute_command(
-                "XRANGE", stream, after.exclusive(), str(upto), "COUNT", 1
+            reply = _command(
+                self._redis, "XRANGE", stream, after.exclusive(), str(upto), "COUNT", 1
             )
         return EntryId.parse(reply[0][0]) if reply else None
 
@@ -93,8 +93,8 @@ class StreamCatalog:
         with translate_errors(self.endpoint):
             while walked < budget:
                 count = min(budget - walked, 1000)
-                page = self._redis.execute_command(
-                    "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
+                page = _command(
+                    self._redis, "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
                 )
                 if not page:
                     break
@@ -107,14 +107,12 @@ class StreamCatalog:
     def last_at_or_before(self, stream: str, position: EntryId) -> EntryId | None:
         """The newest entry at or before ``position`` (a real entry, for loss checks)."""
         with translate_errors(self.endpoint):
-            reply = self._redis.execute_command(
-                "XREVRANGE", stream, str(position), "-", "COUNT", 1
-            )
+            reply = _command(self._redis, "XREVRANGE", stream, str(position), "-", "COUNT", 1)
         return EntryId.parse(reply[0][0]) if reply else None
 
     def entry_exists(self, stream: str, entry: EntryId) -> bool:
         with translate_errors(self.endpoint):
-            reply = self._redis.execute_command("XRANGE", stream, str(entry), str(entry))
+            reply = _command(self._redis, "XRANGE", stream, str(entry), str(entry))
         return bool(reply)
 
     # --- consumer groups -----------------------------------------------------------------------
@@ -161,6 +159,11 @@ class StreamCatalog:
                     if "NOGROUP" not in str(exc) and "no such key" not in str(exc).lower():
                         raise
                     self.ensure_group(stream, group, position)
+
+
+def _command(client: Any, *args: Any) -> Any:
+    """A raw command; redis-py leaves ``execute_command`` untyped."""
+    return client.execute_command(*args)
 
 
 def _text(value: Any) -> str:

@@ -24,7 +24,9 @@ class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
         catalog = StreamCatalog(self.options.endpoint)
         start = starting_offsets(catalog, self.options, create_group=False)
         end = ending_offsets(catalog, self.options)
-        return [RangePartition(self.options, r) for r in plan_ranges(catalog, self.options, start, end)]
+        return [
+            RangePartition(self.options, r) for r in plan_ranges(catalog, self.options, start, end)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read exactly the planned range; executor."""

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from os import PathLike, fspath
 from typing import Literal
 
-from atlasbus.dead_letters import DeadLetterTable, DeadLetterTableError
 from pyspark.sql import DataFrame, SparkSession
+
+from atlasbus.dead_letters import DeadLetterTable, DeadLetterTableError
 
 log = logging.getLogger("atlasbus.dead_letters")
 
