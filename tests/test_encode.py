@@ -129,11 +129,7 @@ def test_all_options_parsed() -> None:
             "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, "
             "topic, url, username",
         ),
-        (
-            {"deadLetterTable": "/tmp/dlq"},
-            "option 'deadLetterTable' is not yet supported: dead-letter routing for the sink is "
-            "not available in this release; a row that cannot be published fails the batch",
-        ),
+        ({"deadLetterTable": ""}, "option 'deadLetterTable' must not be empty"),
     ],
 )
 def test_bad_options(given: dict[str, str], message: str) -> None:

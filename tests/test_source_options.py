@@ -84,7 +84,12 @@ BAD_OPTIONS = [
         {"topics": "a", "maxEntriesPerTriger": "5"},
         "unknown option 'maxEntriesPerTriger'. Did you mean 'maxEntriesPerTrigger'?",
     ),
-    ({"topics": "a", "deadLetterTable": "/tmp/x"}, "option 'deadLetterTable' is not yet supported"),
+    ({"topics": "a", "deadLetterTable": "  "}, "option 'deadLetterTable' must not be empty"),
+    (
+        {"topics": "a", "deadLetterTable": "/tmp/x", "format": "raw"},
+        "option 'deadLetterTable' needs format=envelope: format=raw does not decode entries, so "
+        "none is malformed; remove one of the two options",
+    ),
     ({"topics": "a", "trimConsumed": "true"}, "option 'trimConsumed' is not yet supported"),
 ]
 
@@ -111,6 +116,12 @@ def test_keys_are_case_insensitive_and_values_typed() -> None:
     assert parsed.starting.kind == "offsets"
     assert dict(parsed.starting.offsets) == {"bus:orders": EntryId(5, 1)}
     assert parsed.format == "raw"
+
+
+def test_dead_letter_table_is_parsed_and_off_by_default() -> None:
+    assert parse_source_options({"topics": "a"}).dead_letter_table is None
+    parsed = parse_source_options({"topics": "a", "DeadLetterTable": " /lake/dlq "})
+    assert parsed.dead_letter_table == "/lake/dlq"
 
 
 def test_password_never_appears_in_the_options_repr() -> None:

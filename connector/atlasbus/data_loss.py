@@ -61,11 +61,33 @@ def find_lost_range(
     return None
 
 
-def on_data_loss(lost: LostRange, *, fail_on_data_loss: bool) -> None:
-    """Raise (the default) or warn, naming ``failOnDataLoss`` either way."""
+def on_data_loss(
+    lost: LostRange,
+    *,
+    fail_on_data_loss: bool,
+    dead_letter_table: str | None = None,
+    topic: str | None = None,
+) -> None:
+    """Raise (the default) or warn, naming ``failOnDataLoss`` either way.
+
+    With ``failOnDataLoss=false`` and a ``deadLetterTable``, the lost range also becomes one
+    ``data-loss`` dead letter; its ID is made of the stream and the range, so finding the same
+    loss again (a replanned or replayed batch) records nothing new. Driver.
+    """
     if fail_on_data_loss:
         raise DataLossError(
             f"{lost.describe()}. The query stops so nothing is skipped silently; set option "
             "failOnDataLoss=false to continue from the entries still in the stream."
         )
     log.warning("%s; continuing because failOnDataLoss=false", lost.describe())
+    if dead_letter_table is not None:
+        from atlasbus.dead_letters import DeadLetter, DeadLetterTable
+
+        letter = DeadLetter.for_data_loss(
+            stream=lost.stream,
+            after=str(lost.after),
+            upto=str(lost.upto),
+            topic=topic,
+            error=lost.describe(),
+        )
+        DeadLetterTable(dead_letter_table).append([letter])

@@ -10,6 +10,7 @@ malformed entry never raises: it becomes a row whose ``error`` says what is wron
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -26,27 +27,68 @@ RawEntry = Sequence[Any]
 _EMPTY_OBJECT = b"{}"
 
 
+# Reason codes of malformed entries: the first problem found in an entry names its reason.
+MISSING_FIELD = "missing-field"
+INVALID_UTF8 = "invalid-utf8"
+INVALID_INTEGER = "invalid-integer"
+INVALID_TIMESTAMP = "invalid-timestamp"
+INVALID_JSON = "invalid-json"
+NOT_JSON_OBJECT = "not-json-object"
+
+REASONS = (
+    MISSING_FIELD,
+    INVALID_UTF8,
+    INVALID_INTEGER,
+    INVALID_TIMESTAMP,
+    INVALID_JSON,
+    NOT_JSON_OBJECT,
+)
+
+
 class _Errors:
-    """Per-row error messages, allocated only when a page has a malformed entry."""
+    """Per-row error messages and reason codes, allocated only when a page has a bad entry."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.messages: list[str | None] | None = None
+        self.reasons: list[str | None] | None = None
 
-    def add(self, row: int, message: str) -> None:
-        if self.messages is None:
+    def add(self, row: int, message: str, reason: str) -> None:
+        if self.messages is None or self.reasons is None:
             self.messages = [None] * self.size
+            self.reasons = [None] * self.size
         existing = self.messages[row]
-        self.messages[row] = message if existing is None else f"{existing}; {message}"
+        if existing is None:
+            self.messages[row] = message
+            self.reasons[row] = reason
+        else:
+            self.messages[row] = f"{existing}; {message}"
 
     def is_bad(self, row: int) -> bool:
         return self.messages is not None and self.messages[row] is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedPage:
+    """A decoded page, and per row the reason code of a malformed entry (None when all good)."""
+
+    batch: pa.RecordBatch
+    reasons: list[str | None] | None
 
 
 def decode_envelopes(
     entries: Sequence[RawEntry], *, topic: str, stream: str, include_raw_fields: bool
 ) -> pa.RecordBatch:
     """Decode bus envelopes; malformed entries become error rows carrying their raw fields."""
+    return decode_envelope_page(
+        entries, topic=topic, stream=stream, include_raw_fields=include_raw_fields
+    ).batch
+
+
+def decode_envelope_page(
+    entries: Sequence[RawEntry], *, topic: str, stream: str, include_raw_fields: bool
+) -> DecodedPage:
+    """``decode_envelopes`` plus each malformed row's reason code (one of ``REASONS``)."""
     size = len(entries)
     field_lists = [entry[1] for entry in entries]
     columns = _columns_by_field(field_lists)
@@ -92,7 +134,7 @@ def decode_envelopes(
         error_column,
         fields,
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA)
+    return DecodedPage(pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA), errors.reasons)
 
 
 def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.RecordBatch:
@@ -152,12 +194,12 @@ def _missing(
     if values is None:
         if required:
             for row in range(errors.size):
-                errors.add(row, f"missing field '{name.decode()}'")
+                errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
         return None
     if required:
         for row, value in enumerate(values):
             if value is None:
-                errors.add(row, f"missing field '{name.decode()}'")
+                errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
     return values
 
 
@@ -174,7 +216,11 @@ def _utf8(values: list[bytes | None], name: bytes, errors: _Errors) -> pa.Array:
             try:
                 cleaned.append(value.decode("utf-8"))
             except UnicodeDecodeError as exc:
-                errors.add(row, f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})")
+                errors.add(
+                    row,
+                    f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})",
+                    INVALID_UTF8,
+                )
                 cleaned.append(None)
         return pa.array(cleaned, pa.string())
 
@@ -218,7 +264,11 @@ def _parse_int(value: bytes | None, row: int, name: bytes, errors: _Errors) -> i
     digits = text[1:] if text[:1] in "+-" else text
     if digits.isdigit() and digits.isascii() and -(2**31) <= int(text) < 2**31:
         return int(text)
-    errors.add(row, f"field '{name.decode()}' must be a decimal integer, got {_show(value)}")
+    errors.add(
+        row,
+        f"field '{name.decode()}' must be a decimal integer, got {_show(value)}",
+        INVALID_INTEGER,
+    )
     return None
 
 
@@ -247,7 +297,9 @@ def _parse_seconds(value: bytes | None, row: int, errors: _Errors) -> float | No
         seconds = float("nan")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         errors.add(
-            row, f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}"
+            row,
+            f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}",
+            INVALID_TIMESTAMP,
         )
         return None
     return seconds
@@ -263,10 +315,10 @@ def _check_json_objects(values: list[bytes | None] | None, name: bytes, errors: 
         try:
             if type(loads(value)) is dict:
                 continue
-            problem = "is not a JSON object"
+            problem, reason = "is not a JSON object", NOT_JSON_OBJECT
         except orjson.JSONDecodeError:
-            problem = "is not valid JSON"
-        errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}")
+            problem, reason = "is not valid JSON", INVALID_JSON
+        errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
 
 
 def _map_column(
@@ -287,11 +339,11 @@ def _map_column(
             parsed = loads(value)
         except orjson.JSONDecodeError:
             parsed = None
-            problem = "is not valid JSON"
+            problem, reason = "is not valid JSON", INVALID_JSON
         else:
-            problem = "is not a JSON object"
+            problem, reason = "is not a JSON object", NOT_JSON_OBJECT
         if type(parsed) is not dict:
-            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}")
+            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
         else:
             for key, item in parsed.items():
                 keys.append(key)

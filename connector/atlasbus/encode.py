@@ -34,14 +34,25 @@ EMPTY_OBJECT = "{}"
 _NAMES_BYTES = sum(len(name) for name in wire.WIRE_FIELDS)
 
 
+# Reason codes of rejected rows (the dead-letter table's ``reason`` for stage sink-publish).
+NULL_TOPIC = "null-topic"
+EMPTY_TOPIC = "empty-topic"
+NULL_PAYLOAD = "null-payload"
+INVALID_JSON = "invalid-json"
+NOT_JSON_OBJECT = "not-json-object"
+OUT_OF_RANGE = "out-of-range"
+TOO_BIG = "too-big"
+
+
 @dataclass(frozen=True)
 class Rejection:
-    """A row that cannot be published, and why."""
+    """A row that cannot be published, and why (``code``: one of the reason codes above)."""
 
     row: int
     topic: str | None
     column: str
     reason: str
+    code: str = "unpublishable"
 
     def message(self) -> str:
         where = f"topic {self.topic!r}" if self.topic is not None else "no topic"
@@ -98,15 +109,15 @@ class _Rejections:
     def __init__(self, size: int, row_base: int) -> None:
         self.size = size
         self.row_base = row_base
-        self.by_row: dict[int, tuple[str, str]] = {}
+        self.by_row: dict[int, tuple[str, str, str]] = {}
 
-    def add(self, row: int, column: str, reason: str) -> None:
-        self.by_row.setdefault(row, (column, reason))
+    def add(self, row: int, column: str, reason: str, code: str) -> None:
+        self.by_row.setdefault(row, (column, reason, code))
 
-    def add_mask(self, mask: pa.Array, column: str, reason: str) -> None:
+    def add_mask(self, mask: pa.Array, column: str, reason: str, code: str) -> None:
         if pc.any(mask).as_py():
             for row in np.flatnonzero(mask.to_numpy(zero_copy_only=False)):
-                self.add(int(row), column, reason)
+                self.add(int(row), column, reason, code)
 
     def accepted(self) -> pa.BooleanArray | None:
         if not self.by_row:
@@ -123,8 +134,8 @@ class _Rejections:
             return str(value) if value else None
 
         return tuple(
-            Rejection(self.row_base + row, topic_of(row), column, reason)
-            for row, (column, reason) in sorted(self.by_row.items())
+            Rejection(self.row_base + row, topic_of(row), column, reason, code)
+            for row, (column, reason, code) in sorted(self.by_row.items())
         )
 
 
@@ -189,10 +200,13 @@ def _topics(
         column = column.fill_null(options.topic)
     elif column.null_count:
         rejections.add_mask(
-            pc.is_null(column), cols.TOPIC_COLUMN, "is null and option 'topic' is not set"
+            pc.is_null(column),
+            cols.TOPIC_COLUMN,
+            "is null and option 'topic' is not set",
+            NULL_TOPIC,
         )
     blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0)
-    rejections.add_mask(blank.fill_null(False), cols.TOPIC_COLUMN, "is empty")
+    rejections.add_mask(blank.fill_null(False), cols.TOPIC_COLUMN, "is empty", EMPTY_TOPIC)
     return column.fill_null(""), column
 
 
@@ -208,19 +222,22 @@ def _integers(
     if pc.any(out_of_range).as_py():
         for row in np.flatnonzero(out_of_range.to_numpy(zero_copy_only=False)):
             rejections.add(
-                int(row), name, f"must be between {low} and {INT32_MAX}, got {column[row].as_py()}"
+                int(row),
+                name,
+                f"must be between {low} and {INT32_MAX}, got {column[row].as_py()}",
+                OUT_OF_RANGE,
             )
     return column.fill_null(default).cast(TEXT)
 
 
 def _payload(column: pa.Array, rejections: _Rejections) -> pa.Array:
     if column.null_count:
-        rejections.add_mask(pc.is_null(column), cols.PAYLOAD_COLUMN, "is null")
+        rejections.add_mask(pc.is_null(column), cols.PAYLOAD_COLUMN, "is null", NULL_PAYLOAD)
     if _is_text(column.type):
         text = column.cast(TEXT)
         _check_json_objects(text, cols.PAYLOAD_COLUMN, rejections)
     else:
-        text = _to_json(column)
+        text = json_text(column)
     return text.fill_null("")
 
 
@@ -237,7 +254,7 @@ def _object_column(
         text = column.cast(TEXT)
         _check_json_objects(text, name, rejections)
     else:
-        text = _to_json(column)
+        text = json_text(column)
     return text.fill_null(EMPTY_OBJECT)
 
 
@@ -276,18 +293,19 @@ def _check_json_objects(text: pa.Array, column: str, rejections: _Rejections) ->
         try:
             parsed = loads(value)
         except orjson.JSONDecodeError as exc:
-            rejections.add(row, column, f"is not valid JSON ({exc}): {_show(value)}")
+            rejections.add(row, column, f"is not valid JSON ({exc}): {_show(value)}", INVALID_JSON)
             continue
         if type(parsed) is not dict:
             rejections.add(
                 row,
                 column,
                 f"is not a JSON object (got a JSON {_json_kind(parsed)}): {_show(value)}",
+                NOT_JSON_OBJECT,
             )
 
 
-def _to_json(column: pa.Array) -> pa.Array:
-    """A struct or map column as JSON object text (null stays null)."""
+def json_text(column: pa.Array) -> pa.Array:
+    """A struct or map column as JSON object text (null stays null), as the sink publishes it."""
     if (
         pat.is_map(column.type)
         and _is_text(column.type.key_type)
@@ -400,6 +418,7 @@ def _check_sizes(
             name.decode(),
             f"is too big: the message would be {total[row].as_py()} bytes, over "
             f"maxMessageBytes ({limit}); this column holds {biggest} bytes",
+            TOO_BIG,
         )
 
 

@@ -50,7 +50,12 @@ def plan_ranges(
             present = catalog.entry_exists(stream, after)
             lost = find_lost_range(stream, after, upto, info, position_still_present=present)
             if lost is not None:
-                on_data_loss(lost, fail_on_data_loss=options.fail_on_data_loss)
+                on_data_loss(
+                    lost,
+                    fail_on_data_loss=options.fail_on_data_loss,
+                    dead_letter_table=options.dead_letter_table,
+                    topic=options.subscription.topic_of(stream),
+                )
         first = catalog.first_in_range(stream, after, upto)
         if first is None or info is None:
             continue

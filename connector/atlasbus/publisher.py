@@ -13,6 +13,10 @@ two transactions aborts and its sender re-reads the marker instead of adding dup
 
 This relies on a task seeing the same rows in the same order when it is run again, which holds
 for a replayable source without a shuffle (docs/sink.md says more).
+
+A row the encoder rejects fails the task, unless the sink has a ``deadLetterTable``: then the
+batch's rejected rows are appended there (stage ``sink-publish``) before its accepted rows are
+sent, and the task goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from atlasbus.sink_options import SinkOptions
 
 if TYPE_CHECKING:
     import redis
+
+    from atlasbus.dead_letters import QueryContext
 
 CHUNK_ROWS = 1_000
 CHUNK_BYTES = 4 * 1024 * 1024  # keeps a transaction of big messages from swelling Redis
@@ -62,13 +68,30 @@ def _resp(*args: str) -> bytes:
 class Publisher:
     """Publishes the rows of one task, in input order. Use as a context manager; executor."""
 
-    def __init__(self, options: SinkOptions, *, marker: str | None) -> None:
+    def __init__(
+        self,
+        options: SinkOptions,
+        *,
+        marker: str | None,
+        dead_letter_write_id: str | None = None,
+        context: QueryContext | None = None,
+        collect_entry_ids: bool = False,
+    ) -> None:
+        """``dead_letter_write_id`` names this task's write in dead-letter IDs (required with
+        option ``deadLetterTable``; the same for every attempt of the task). With
+        ``collect_entry_ids``, ``entry_ids`` gets each published row's new entry ID."""
+        if options.dead_letter_table is not None and dead_letter_write_id is None:
+            raise ValueError("a sink with a deadLetterTable needs a dead_letter_write_id")
         self.options = options
         self.marker = marker
+        self.dead_letter_write_id = dead_letter_write_id
+        self.context = context
         self.position = 0  # input rows seen so far
         self.done = 0  # input rows known to be published (the marker's count)
         self.published = 0  # entries this attempt added
         self.skipped = 0  # input rows skipped because an earlier attempt published them
+        self.dead_lettered = 0  # rejected rows this attempt sent to the dead-letter table
+        self.entry_ids: list[str] | None = [] if collect_entry_ids else None
         self._conn: Any = None
         self._client: redis.Redis | None = None
 
@@ -147,7 +170,9 @@ class Publisher:
             batch.slice(skip), self.options, enqueued_time=time.time(), row_base=first + skip
         )
         if encoded.rejections:
-            raise PublishError(_rejection_message(encoded))
+            if self.options.dead_letter_table is None:
+                raise PublishError(_rejection_message(encoded))
+            self._dead_letter(batch.slice(skip), encoded, row_base=first + skip)
         offset = first + skip  # task-wide number of encoded row 0
         start = 0
         while start < len(encoded):
@@ -164,6 +189,23 @@ class Publisher:
             reached = min(max(self.done - offset, start), len(encoded))
             self.skipped += reached - start - ours
             start = reached
+
+    def _dead_letter(self, batch: pa.RecordBatch, encoded: EncodedBatch, *, row_base: int) -> None:
+        """Record the rejected rows before anything of their batch is published."""
+        from atlasbus.dead_letters import DeadLetterTable, QueryContext
+        from atlasbus.dead_letters.sink import rejected_rows
+
+        assert self.options.dead_letter_table is not None
+        assert self.dead_letter_write_id is not None
+        letters = rejected_rows(
+            batch,
+            encoded.rejections,
+            row_base=row_base,
+            write_id=self.dead_letter_write_id,
+            context=self.context or QueryContext(),
+        )
+        DeadLetterTable(self.options.dead_letter_table).append(letters)
+        self.dead_lettered += len(letters)
 
     def _send_chunk(self, encoded: EncodedBatch, start: int, stop: int) -> None:
         count = encoded.count(start, stop)
@@ -213,6 +255,10 @@ class Publisher:
                 raise PublishError(
                     f"XADD to stream {encoded.stream_of(start + index)!r} failed: {reply}"
                 )
+        if self.entry_ids is not None:
+            self.entry_ids.extend(
+                reply.decode() if isinstance(reply, bytes) else str(reply) for reply in replies
+            )
 
 
 def _marker_value(raw: Any, key: str) -> int:
@@ -232,8 +278,8 @@ def _rejection_message(encoded: EncodedBatch) -> str:
     more = len(encoded.rejections) - 1
     tail = f" ({more} more row(s) in this batch cannot be published either)" if more else ""
     return (
-        f"{first.message()}{tail}. Fix the rows, or filter them out before the sink "
-        "(option 'deadLetterTable' is not available yet)"
+        f"{first.message()}{tail}. Fix the rows, filter them out before the sink, or set "
+        "option 'deadLetterTable' to record them there and publish the rest"
     )
 
 

@@ -3,27 +3,42 @@
 The next page is requested before the current one is decoded, so Redis and the network work
 while Python decodes. Replies are read raw from the connection: redis-py's per-entry reply
 parsing would build dicts only to throw them away.
+
+With option ``deadLetterTable``, malformed entries are appended to that table (stage
+``source-decode``) before the batch holding the rest is yielded, so a row is never passed on
+while its neighbours' dead letters are unrecorded. The append is idempotent (deterministic IDs),
+so a retried task or a replayed micro-batch adds nothing twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from atlasbus.connection import translate_errors
-from atlasbus.decode import RawEntry, decode_envelopes, decode_raw
+from atlasbus.decode import RawEntry, decode_envelope_page, decode_envelopes, decode_raw
 from atlasbus.planning import ReadRange
 from atlasbus.source_options import SourceOptions
+
+if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
+    from atlasbus.dead_letters import QueryContext
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
 
 
-def read_range(options: SourceOptions, read: ReadRange) -> Iterator[pa.RecordBatch]:
-    """Yield the entries of ``read`` in ID order, decoded per the ``format`` option."""
-    decode = _decoder(options, read)
+def read_range(
+    options: SourceOptions, read: ReadRange, *, context: QueryContext | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Yield the entries of ``read`` in ID order, decoded per the ``format`` option.
+
+    ``context`` names the query and micro-batch in dead letters (the Spark adapter reads it
+    from the task's local properties). Runs on executors.
+    """
+    decode = _decoder(options, read, context)
     client = options.endpoint.client()
     pool = client.connection_pool
     connection = pool.get_connection()
@@ -59,13 +74,40 @@ def read_range(options: SourceOptions, read: ReadRange) -> Iterator[pa.RecordBat
 
 
 def _decoder(
-    options: SourceOptions, read: ReadRange
+    options: SourceOptions, read: ReadRange, context: QueryContext | None
 ) -> Callable[[Sequence[RawEntry]], pa.RecordBatch]:
     if options.format == "raw":
         return partial(decode_raw, topic=read.topic, stream=read.stream)
+    if options.dead_letter_table is not None:
+        return partial(_decode_routing_dead_letters, options, read, context)
     return partial(
         decode_envelopes,
         topic=read.topic,
         stream=read.stream,
         include_raw_fields=options.include_raw_fields,
     )
+
+
+def _decode_routing_dead_letters(
+    options: SourceOptions,
+    read: ReadRange,
+    context: QueryContext | None,
+    entries: Sequence[RawEntry],
+) -> pa.RecordBatch:
+    """Decode, record the malformed entries in the dead-letter table, return the good rows."""
+    from atlasbus.dead_letters import DeadLetterTable, QueryContext, split_decoded
+
+    page = decode_envelope_page(
+        entries,
+        topic=read.topic,
+        stream=read.stream,
+        include_raw_fields=options.include_raw_fields,
+    )
+    if page.reasons is None:
+        return page.batch
+    good, letters = split_decoded(
+        page.batch, context=context or QueryContext(), reasons=page.reasons
+    )
+    assert options.dead_letter_table is not None
+    DeadLetterTable(options.dead_letter_table).append(letters)
+    return good

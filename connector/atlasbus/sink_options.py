@@ -74,6 +74,7 @@ class SinkOptions:
     max_len: int | None
     max_message_bytes: int
     exactly_once: bool
+    dead_letter_table: str | None = None
 
     def stream_key(self, topic: str) -> str:
         return f"{self.stream_prefix}:{topic}"
@@ -82,11 +83,6 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the sink options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
-    reader.reject_unsupported(
-        (DEAD_LETTER_TABLE,),
-        "dead-letter routing for the sink is not available in this release; a row that cannot "
-        "be published fails the batch",
-    )
     endpoint = RedisEndpoint.from_options(
         reader.string(URL), reader.string(USERNAME), reader.string(PASSWORD)
     )
@@ -100,9 +96,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         max_message_bytes=reader.positive_int(MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES)
         or DEFAULT_MAX_MESSAGE_BYTES,
         exactly_once=reader.boolean(EXACTLY_ONCE, True),
+        dead_letter_table=_dead_letter_table(reader),
     )
     reader.reject_unknown(SINK_OPTIONS, ignored=SPARK_WRITE_OPTIONS)
     return parsed
+
+
+def _dead_letter_table(reader: OptionReader) -> str | None:
+    raw = reader.required_text(DEAD_LETTER_TABLE, reader.string(DEAD_LETTER_TABLE))
+    return raw.strip() if raw is not None else None
 
 
 def check_input_schema(schema: pa.Schema, options: SinkOptions) -> None:

@@ -58,6 +58,7 @@ SOURCE_OPTIONS = (
     FORMAT,
     INCLUDE_RAW_FIELDS,
     PAGE_SIZE,
+    DEAD_LETTER_TABLE,
 )
 
 StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp"]
@@ -132,14 +133,12 @@ class SourceOptions:
     format: ReadFormat
     include_raw_fields: bool
     page_size: int
+    dead_letter_table: str | None = None
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
-    reader.reject_unsupported(
-        (DEAD_LETTER_TABLE,), "dead-letter routing for the source is not available in this release"
-    )
     reader.reject_unsupported(
         (TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
     )
@@ -168,9 +167,20 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         else "envelope",
         include_raw_fields=reader.boolean(INCLUDE_RAW_FIELDS, False),
         page_size=reader.positive_int(PAGE_SIZE, DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
+        dead_letter_table=_dead_letter_table(reader),
     )
-    reader.reject_unknown((*SOURCE_OPTIONS, DEAD_LETTER_TABLE, TRIM_CONSUMED), ignored=("path",))
+    if parsed.dead_letter_table is not None and parsed.format == "raw":
+        raise ConfigurationError(
+            "option 'deadLetterTable' needs format=envelope: format=raw does not decode "
+            "entries, so none is malformed; remove one of the two options"
+        )
+    reader.reject_unknown((*SOURCE_OPTIONS, TRIM_CONSUMED), ignored=("path",))
     return parsed
+
+
+def _dead_letter_table(reader: OptionReader) -> str | None:
+    raw = reader.required_text(DEAD_LETTER_TABLE, reader.string(DEAD_LETTER_TABLE))
+    return raw.strip() if raw is not None else None
 
 
 def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -13,6 +14,9 @@ from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
 from pyspark_atlasbus.partition import RangePartition
+
+if TYPE_CHECKING:
+    from atlasbus.dead_letters import QueryContext
 
 
 class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -32,4 +36,13 @@ class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
         """Read exactly the planned range; executor."""
         if not isinstance(partition, RangePartition):
             return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
-        return read_range(partition.options, partition.read)
+        return read_range(partition.options, partition.read, context=_context(partition))
+
+
+def _context(partition: RangePartition) -> QueryContext | None:
+    """Who is reading, for dead letters; only looked up when they are routed to a table."""
+    if partition.options.dead_letter_table is None:
+        return None
+    from pyspark_atlasbus.dead_letters import task_query_context
+
+    return task_query_context()

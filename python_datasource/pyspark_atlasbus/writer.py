@@ -8,6 +8,10 @@ The exactly-once marker of a task is keyed by a write identity that a rerun of t
 shares: for a batch write, an ID made once on the driver (so task and stage retries share it);
 for a streaming query, the query ID (kept in the checkpoint) and the micro-batch ID, which
 Spark hands every task as local properties.
+
+With option ``deadLetterTable``, rows that cannot be published are recorded there (stage
+``sink-publish``) under IDs made of the same write identity and the row's position in the task,
+so a retried task or replayed micro-batch records each of them once, and the rest is published.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class PublishedPartition(WriterCommitMessage):  # type: ignore[misc]
     published: int
     skipped: int
     query_id: str | None = None
+    dead_lettered: int = 0
 
 
 def _publish(
@@ -49,14 +54,36 @@ def _publish(
     write_id: str | None,
     iterator: Iterator[pa.RecordBatch],
     query_id: str | None = None,
+    dead_letter_write: tuple[str | None, int | None] | None = None,
 ) -> PublishedPartition:
+    """``dead_letter_write`` is (write or query ID, batch ID) naming this write in dead letters."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     marker = marker_key(options, write_id, partition) if write_id is not None else None
-    with Publisher(options, marker=marker) as publisher:
+    dead_letter_write_id = None
+    query_context = None
+    if options.dead_letter_table is not None and dead_letter_write is not None:
+        from atlasbus.dead_letters import sink_write_id
+        from pyspark_atlasbus.dead_letters import task_query_context
+
+        dead_letter_write_id = sink_write_id(*dead_letter_write, partition)
+        query_context = task_query_context()
+    with Publisher(
+        options,
+        marker=marker,
+        dead_letter_write_id=dead_letter_write_id,
+        context=query_context,
+    ) as publisher:
         for batch in iterator:
             publisher.publish(batch)
-    return PublishedPartition(partition, marker, publisher.published, publisher.skipped, query_id)
+    return PublishedPartition(
+        partition,
+        marker,
+        publisher.published,
+        publisher.skipped,
+        query_id,
+        publisher.dead_lettered,
+    )
 
 
 def _markers(messages: list[WriterCommitMessage | None]) -> list[str]:
@@ -71,11 +98,14 @@ class AtlasbusBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
         # made once on the driver, pickled into every task: retries of a task share it
-        self.write_id = f"w{uuid.uuid4().hex}" if options.exactly_once else None
+        self.write_uuid = f"w{uuid.uuid4().hex}"
+        self.write_id = self.write_uuid if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedPartition:
         """Publish this partition's rows; executor."""
-        return _publish(self.options, self.write_id, iterator)
+        return _publish(
+            self.options, self.write_id, iterator, dead_letter_write=(self.write_uuid, None)
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """The job is done and will not run again: its markers can go; driver."""
@@ -94,10 +124,16 @@ class AtlasbusStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PublishedPartition:
         """Publish this partition of the current micro-batch; executor."""
-        if not self.options.exactly_once:
+        if not self.options.exactly_once and self.options.dead_letter_table is None:
             return _publish(self.options, None, iterator)
         query_id, batch_id = _streaming_identity()
-        return _publish(self.options, f"q{query_id}:{batch_id}", iterator, query_id)
+        return _publish(
+            self.options,
+            f"q{query_id}:{batch_id}" if self.options.exactly_once else None,
+            iterator,
+            query_id if self.options.exactly_once else None,
+            dead_letter_write=(query_id, int(batch_id)),
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Keep this micro-batch's markers until the next commit, drop older ones; driver."""
@@ -119,8 +155,9 @@ def _streaming_identity() -> tuple[str, str]:
     batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
     if not query_id or batch_id is None:
         raise PublishError(
-            "exactlyOnce=true needs the streaming query ID and micro-batch ID, which Spark did "
-            f"not pass to this task (local properties {QUERY_ID_PROPERTY!r}, "
-            f"{BATCH_ID_PROPERTY!r}); set exactlyOnce=false to publish at least once"
+            "exactlyOnce=true and deadLetterTable need the streaming query ID and micro-batch "
+            "ID, which Spark did not pass to this task (local properties "
+            f"{QUERY_ID_PROPERTY!r}, {BATCH_ID_PROPERTY!r}); set exactlyOnce=false and remove "
+            "deadLetterTable to publish at least once"
         )
     return query_id, batch_id

@@ -21,6 +21,7 @@ from atlasbus.dead_letters.schema import (
     STAGES,
     Stage,
 )
+from atlasbus.dead_letters.replay import Refused, Replayed, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.source import split_decoded
 from atlasbus.dead_letters.table import DeadLetterTable, DeadLetterTableError
 
@@ -37,8 +38,12 @@ __all__ = [
     "DeadLetterTable",
     "DeadLetterTableError",
     "QueryContext",
+    "Refused",
+    "ReplayResult",
+    "Replayed",
     "Stage",
     "dead_letter_id",
+    "replay_dead_letters",
     "sink_write_id",
     "split_decoded",
     "to_arrow",

@@ -7,7 +7,7 @@ the bad ones into ``source-decode`` dead letters, so none is dropped. Runs on ex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import pyarrow as pa
@@ -20,23 +20,42 @@ MALFORMED_ENTRY = "malformed-entry"
 
 
 def split_decoded(
-    batch: pa.RecordBatch, *, context: QueryContext, at: datetime | None = None
+    batch: pa.RecordBatch,
+    *,
+    context: QueryContext,
+    reasons: Sequence[str | None] | None = None,
+    at: datetime | None = None,
 ) -> tuple[pa.RecordBatch, list[DeadLetter]]:
-    """``batch`` without its error rows, and those rows as dead letters (in entry order)."""
+    """``batch`` without its error rows, and those rows as dead letters (in entry order).
+
+    ``reasons`` are the decoder's reason codes per row (``DecodedPage.reasons``); without them
+    every dead letter gets the generic ``malformed-entry``.
+    """
     errors = batch.column("error")
     if errors.null_count == len(errors):
         return batch, []
     bad = pc.is_valid(errors)
     good = batch.filter(pc.invert(bad))
-    letters = [_letter(row, context, at) for row in batch.filter(bad).to_pylist()]
+    rows = [i for i, flag in enumerate(bad.to_pylist()) if flag]
+    letters = [
+        _letter(
+            row,
+            (reasons[index] if reasons is not None else None) or MALFORMED_ENTRY,
+            context,
+            at,
+        )
+        for index, row in zip(rows, batch.filter(bad).to_pylist(), strict=True)
+    ]
     return good, letters
 
 
-def _letter(row: Mapping[str, object], context: QueryContext, at: datetime | None) -> DeadLetter:
+def _letter(
+    row: Mapping[str, object], reason: str, context: QueryContext, at: datetime | None
+) -> DeadLetter:
     raw = dict(row["fields"] or [])  # type: ignore[call-overload]
     return DeadLetter.for_entry(
         SOURCE_DECODE,
-        MALFORMED_ENTRY,
+        reason,
         str(row["error"]),
         stream=str(row["stream"]),
         entry_id=str(row["id"]),
