@@ -1,0 +1,357 @@
+"""Dead-letter routing on real Redis, Spark and Delta tables: source, data loss, sink."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import redis
+
+from atlasbus.dead_letters import (
+    DATA_LOSS,
+    SINK_PUBLISH,
+    SOURCE_DECODE,
+    DeadLetterTable,
+    dead_letter_id,
+    sink_write_id,
+)
+from atlasbus.decode import decode_envelope_page
+from atlasbus.entry_id import EntryId
+from atlasbus.publisher import Publisher, marker_key
+from atlasbus.sink_options import parse_sink_options
+from helpers import BatchCollector, envelope, publish, stream_reader
+from test_malformed_entries import MALFORMED, _raw_map
+
+pytestmark = pytest.mark.spark
+
+# the decoder's reason code for each malformed kind of test_malformed_entries.MALFORMED
+REASONS = {
+    "payload not JSON": "invalid-json",
+    "payload an array": "not-json-object",
+    "payload a string": "not-json-object",
+    "payload missing": "missing-field",
+    "priority missing": "missing-field",
+    "priority not numeric": "invalid-integer",
+    "payload not UTF-8": "invalid-utf8",
+    "tracing not JSON": "invalid-json",
+    "tracing an array": "not-json-object",
+    "metadata not JSON": "invalid-json",
+    "delivery_attempts not integer": "invalid-integer",
+    "enqueued_time not a number": "invalid-timestamp",
+}
+
+
+def rows_by_id(table: DeadLetterTable) -> dict[str, dict[str, Any]]:
+    return {row["dead_letter_id"]: row for row in table.to_arrow().to_pylist()}
+
+
+def expected_error(entry_id: str, fields: dict[Any, Any]) -> str:
+    """What the decoder says about the entry, exactly."""
+    flat = []
+    for key, value in fields.items():
+        flat += [k.encode() if isinstance(k, str) else k for k in (key, value)]
+    page = decode_envelope_page(
+        [[entry_id.encode(), flat]], topic="t", stream="s", include_raw_fields=False
+    )
+    return str(page.batch.column("error")[0].as_py())
+
+
+class FailAfterReading(BatchCollector):
+    """Reads the batch (so the source has run), then fails: the batch is not committed."""
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        super().__call__(frame, batch_id)
+        raise RuntimeError("downstream failed")
+
+
+# --- source --------------------------------------------------------------------------------------
+
+
+def test_source_sends_every_malformed_kind_to_the_table_once_across_a_replayed_batch(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:t"
+    good_ids = [r.xadd(stream, envelope("t", 0)).decode()]
+    poison: dict[str, tuple[str, dict[Any, Any]]] = {}
+    for name, fields, _ in MALFORMED:
+        poison[name] = (r.xadd(stream, fields).decode(), fields)
+        good_ids.append(r.xadd(stream, envelope("t", len(good_ids))).decode())
+    table = DeadLetterTable(tmp_path / "dlq")
+    checkpoint = str(tmp_path / "ck")
+
+    def start(collector: BatchCollector) -> Any:
+        frame = stream_reader(
+            spark, redis_url, prefix, topics="t", deadLetterTable=str(tmp_path / "dlq")
+        )
+        return (
+            frame.writeStream.queryName(f"poison_{prefix}")
+            .foreachBatch(collector)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    failing = FailAfterReading()
+    first = start(failing)
+    with pytest.raises(Exception, match="downstream failed"):
+        first.awaitTermination(300)
+    assert [row["id"] for row in failing.rows] == good_ids  # good rows only, poison left out
+    assert table.to_arrow().num_rows == len(MALFORMED)
+    version = table.version()
+
+    collector = BatchCollector()
+    second = start(collector)  # the restart replays batch 0: same entries, same dead letters
+    second.awaitTermination(300)
+    assert [batch_id for batch_id, _ in collector.batches] == [0]
+    assert [row["id"] for row in collector.rows] == good_ids
+    assert all(row["error"] is None for row in collector.rows)
+    assert table.version() == version  # the replay added nothing, not even an empty commit
+
+    letters = rows_by_id(table)
+    assert len(letters) == len(MALFORMED)
+    for name, (entry_id, fields) in poison.items():
+        letter = letters[dead_letter_id(SOURCE_DECODE, stream, entry_id)]
+        assert (letter["stage"], letter["reason"]) == (SOURCE_DECODE, REASONS[name]), name
+        assert letter["error"] == expected_error(entry_id, fields), name
+        assert dict(letter["fields"]) == _raw_map(fields), name
+        assert (letter["topic"], letter["stream"], letter["entry_id"]) == ("t", stream, entry_id)
+        assert (letter["query_id"], letter["query_name"], letter["batch_id"]) == (
+            str(first.id),
+            f"poison_{prefix}",
+            0,
+        ), name
+        assert letter["replay_count"] == 0
+    by_name = {
+        name: letters[dead_letter_id(SOURCE_DECODE, stream, i)] for name, (i, _) in poison.items()
+    }
+    assert by_name["priority not numeric"]["payload"] == MALFORMED[5][1]["payload"]
+    assert by_name["priority not numeric"]["priority"] is None
+    assert by_name["payload missing"]["payload"] is None
+    assert by_name["payload missing"]["priority"] == 1
+
+
+def test_batch_read_routes_malformed_entries_without_a_query(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:t"
+    good = r.xadd(stream, envelope("t", 1)).decode()
+    bad = r.xadd(stream, {"payload": "[1]", "priority": "1"}).decode()
+    rows = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "t")
+        .option("deadLetterTable", str(tmp_path / "dlq"))
+        .load()
+        .collect()
+    )
+    assert [row["id"] for row in rows] == [good]
+    (letter,) = DeadLetterTable(tmp_path / "dlq").to_arrow().to_pylist()
+    assert (letter["entry_id"], letter["reason"], letter["error"]) == (
+        bad,
+        "not-json-object",
+        "field 'payload' is not a JSON object: '[1]'",
+    )
+    assert (letter["query_id"], letter["query_name"], letter["batch_id"]) == (None, None, None)
+
+
+# --- data loss -----------------------------------------------------------------------------------
+
+
+def test_each_lost_range_becomes_one_data_loss_dead_letter(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:orders"
+    first_ids = publish(r, prefix, "orders", 100)
+    checkpoint = str(tmp_path / "ck")
+    dlq = str(tmp_path / "dlq")
+
+    def run() -> BatchCollector:
+        collector = BatchCollector()
+        query = (
+            stream_reader(
+                spark,
+                redis_url,
+                prefix,
+                topics="orders",
+                failOnDataLoss="false",
+                deadLetterTable=dlq,
+            )
+            .writeStream.foreachBatch(collector)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        return collector
+
+    run()
+    assert not DeadLetterTable(dlq).exists()  # nothing lost, nothing recorded
+
+    unread = publish(r, prefix, "orders", 100, start=100)
+    r.xtrim(stream, maxlen=40, approximate=False)  # the last-read entry and 60 unread ones go
+    collector = run()
+    assert [row["id"] for row in collector.rows] == unread[60:]
+    upto = str(EntryId.parse(unread[60]).predecessor())
+    (letter,) = DeadLetterTable(dlq).to_arrow().to_pylist()
+    assert letter["dead_letter_id"] == dead_letter_id(DATA_LOSS, stream, first_ids[-1], upto)
+    assert (letter["stage"], letter["reason"], letter["topic"], letter["stream"]) == (
+        DATA_LOSS,
+        "entries-removed",
+        "orders",
+        stream,
+    )
+    assert letter["error"] == (
+        f"stream '{stream}': entries after {first_ids[-1]} up to {upto} were removed (trimmed "
+        "or deleted) before the query read them"
+    )
+    assert (letter["entry_id"], dict(letter["fields"])) == (
+        upto,
+        {"after": first_ids[-1], "upto": upto},
+    )
+    assert letter["payload"] is None
+
+    run()  # nothing new: still one dead letter
+    assert DeadLetterTable(dlq).to_arrow().num_rows == 1
+
+
+# --- sink ----------------------------------------------------------------------------------------
+
+MIXED = [
+    ('{"n": 0}', 1, "c0", {"k": "v"}),
+    ('["a"]', 2, "c1", None),
+    ('{"n": 2}', 3, "c2", None),
+    ("{bad", 4, "c3", {"t": "1"}),
+    (None, 5, "c4", None),
+    ('{"n": 5}', 6, "c5", None),
+    (json.dumps({"big": "x" * 500}), 7, "c6", None),
+]
+MIXED_SCHEMA = "payload string, priority int, correlation_id string, tracing map<string,string>"
+
+
+def test_batch_sink_publishes_good_rows_and_records_the_others(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    dlq = tmp_path / "dlq"
+    (
+        spark.createDataFrame(MIXED, MIXED_SCHEMA)
+        .coalesce(1)
+        .write.format("atlasbus")
+        .mode("append")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topic", "mix")
+        .option("maxMessageBytes", "400")
+        .option("deadLetterTable", str(dlq))
+        .save()
+    )
+    published = [json.loads(f[b"payload"]) for _, f in r.xrange(f"{prefix}:mix")]
+    assert published == [{"n": 0}, {"n": 2}, {"n": 5}]
+    letters = sorted(DeadLetterTable(dlq).to_arrow().to_pylist(), key=lambda x: x["priority"])
+    assert [
+        (x["stage"], x["reason"], x["topic"], x["priority"], x["correlation_id"]) for x in letters
+    ] == [
+        (SINK_PUBLISH, "not-json-object", "mix", 2, "c1"),
+        (SINK_PUBLISH, "invalid-json", "mix", 4, "c3"),
+        (SINK_PUBLISH, "null-payload", "mix", 5, "c4"),
+        (SINK_PUBLISH, "too-big", "mix", 7, "c6"),
+    ]
+    assert letters[0]["error"] == (
+        "cannot publish row 1 (topic 'mix'): column 'payload' is not a JSON object (got a JSON "
+        "array): '[\"a\"]'"
+    )
+    assert letters[2]["error"] == "cannot publish row 4 (topic 'mix'): column 'payload' is null"
+    assert letters[3]["error"].startswith(
+        "cannot publish row 6 (topic 'mix'): column 'payload' is too big: the message would be"
+    )
+    assert [x["payload"] for x in letters] == ['["a"]', "{bad", None, MIXED[6][0]]
+    assert dict(letters[1]["fields"]) == {
+        "priority": "4",
+        "correlation_id": "c3",
+        "tracing": '{"t":"1"}',
+    }
+    assert {x["query_id"] for x in letters} == {None}
+
+
+def mixed_batch(start: int, stop: int, bad: set[int]) -> pa.RecordBatch:
+    payloads = ["[0]" if n in bad else json.dumps({"n": n}) for n in range(start, stop)]
+    return pa.record_batch({"payload": pa.array(payloads)})
+
+
+def test_retried_sink_task_records_each_rejected_row_once_and_publishes_each_good_row_once(
+    redis_url: str, r: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    dlq = str(tmp_path / "dlq")
+    options = parse_sink_options(
+        {"url": redis_url, "streamPrefix": prefix, "topic": "t", "deadLetterTable": dlq}
+    )
+    marker = marker_key(options, "wretry", 0)
+    write_id = sink_write_id("wretry", None, 0)
+    bad = {3, 1500, 2999}
+    # attempt 1 publishes the first batch, then its executor is lost
+    with (
+        pytest.raises(RuntimeError),
+        Publisher(options, marker=marker, dead_letter_write_id=write_id) as attempt,
+    ):
+        attempt.publish(mixed_batch(0, 2000, bad))
+        raise RuntimeError("executor lost")
+    assert (attempt.published, attempt.dead_lettered) == (1998, 2)
+    # attempt 2 sees the same rows, cut into batches differently
+    with Publisher(options, marker=marker, dead_letter_write_id=write_id) as retry:
+        retry.publish(mixed_batch(0, 1000, bad))
+        retry.publish(mixed_batch(1000, 3000, bad))
+    assert (retry.skipped, retry.published, retry.dead_lettered) == (2000, 999, 1)
+    numbers = Counter(json.loads(f[b"payload"])["n"] for _, f in r.xrange(f"{prefix}:t"))
+    assert numbers == Counter(n for n in range(3000) if n not in bad)
+    letters = DeadLetterTable(dlq).to_arrow().to_pylist()
+    assert sorted(x["dead_letter_id"] for x in letters) == sorted(
+        dead_letter_id(SINK_PUBLISH, write_id, row) for row in bad
+    )
+    # a third attempt that re-does everything without the marker adds no dead letter twice
+    with Publisher(options, marker=None, dead_letter_write_id=write_id) as again:
+        again.publish(mixed_batch(0, 3000, bad))
+    assert DeadLetterTable(dlq).to_arrow().num_rows == 3
+
+
+def test_streaming_sink_names_query_and_batch_in_its_dead_letters(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    publish(r, prefix, "in", 10)
+    dlq = str(tmp_path / "dlq")
+    query = (
+        stream_reader(spark, redis_url, prefix, topics="in")
+        .selectExpr(
+            "if(get_json_object(payload, '$.n') % 4 = 1, '[1]', payload) as payload",
+            "'out' as topic",
+        )
+        .writeStream.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("deadLetterTable", dlq)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sorted(json.loads(f[b"payload"])["n"] for _, f in r.xrange(f"{prefix}:out")) == [
+        0,
+        2,
+        3,
+        4,
+        6,
+        7,
+        8,
+    ]
+    letters = DeadLetterTable(dlq).to_arrow().to_pylist()
+    write_id = sink_write_id(str(query.id), 0, 0)
+    assert sorted(x["dead_letter_id"] for x in letters) == sorted(
+        dead_letter_id(SINK_PUBLISH, write_id, row) for row in (1, 5, 9)
+    )
+    assert {(x["query_id"], x["batch_id"], x["reason"]) for x in letters} == {
+        (str(query.id), 0, "not-json-object")
+    }
