@@ -1,4 +1,7 @@
-"""The dead-letter table as a Spark DataFrame, with or without the Delta Lake jars.
+"""The dead-letter table in Spark: a DataFrame view, and a ``foreachBatch`` router.
+
+``with_dead_letters`` wraps a ``foreachBatch`` function so rows failing a check, or rows the
+function rejects, are recorded with stage ``processing``.
 
 Where Spark has delta-spark on its classpath the table is read natively (``format("delta")``:
 lazy, distributed, Spark's own storage settings). Elsewhere it is read on the driver with
@@ -8,15 +11,24 @@ this is the right trade on a laptop or a cluster without Delta. Runs on the driv
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from os import PathLike, fspath
-from typing import Literal
+from typing import Any, Literal
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.functions import coalesce, expr, lit
 
-from atlasbus.dead_letters import DeadLetterTable, DeadLetterTableError, QueryContext
+from atlasbus.dead_letters import (
+    PROCESSING,
+    DeadLetter,
+    DeadLetterTable,
+    DeadLetterTableError,
+    QueryContext,
+)
 
 log = logging.getLogger("atlasbus.dead_letters")
 
@@ -106,3 +118,183 @@ def read_dead_letters(
         return spark.read.format("delta").load(path)
     log.info("reading dead-letter table %s through delta-rs and Arrow (%s)", path, why)
     return spark.createDataFrame(DeadLetterTable(path, storage_options).to_arrow())
+
+
+# --- foreachBatch: route rejected rows to the table ------------------------------------------
+
+REASON_COLUMN = "dead_letter_reason"
+"""Optional column of the DataFrame a ``with_dead_letters`` function returns: the reason code."""
+ERROR_COLUMN = "dead_letter_error"
+"""Optional column of the DataFrame a ``with_dead_letters`` function returns: the message."""
+
+CHECK_FAILED = "check-failed"
+REJECTED = "rejected"
+
+BatchFunction = Callable[[DataFrame, int], "DataFrame | None"]
+
+
+def with_dead_letters(
+    fn: BatchFunction,
+    table: str | PathLike[str] | DeadLetterTable,
+    *,
+    check: str | Column | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """Wrap a ``foreachBatch`` function so that rejected rows go to the dead-letter table.
+
+    ``writeStream.foreachBatch(with_dead_letters(fn, table, check="amount > 0"))``:
+
+    - rows for which ``check`` (a SQL condition or a Column) is not true (false or null) are
+      recorded with stage ``processing``, reason ``check-failed``, and never reach ``fn``;
+    - ``fn(df, batch_id)`` gets the other rows. It may return a DataFrame of rows it rejects
+      (any of the rows it got, same columns, optionally with ``dead_letter_reason`` and
+      ``dead_letter_error`` columns; reason ``rejected`` otherwise): those are recorded too.
+      Returning None rejects nothing.
+
+    Rows read from the bus (with ``stream`` and ``id`` columns) are identified by their entry,
+    so each is recorded once however often the micro-batch is replayed; other rows by the
+    query, the batch and their content. The append is also a Delta app transaction per
+    (query, batch). The wrapped batch is cached while ``fn`` runs, since it is read twice.
+    Driver.
+    """
+    dlq = table if isinstance(table, DeadLetterTable) else DeadLetterTable(table, storage_options)
+    condition = None if check is None else (expr(check) if isinstance(check, str) else check)
+    check_text = check if isinstance(check, str) else str(check)
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    def run(df: DataFrame, batch_id: int) -> None:
+        spark_context = df.sparkSession.sparkContext
+        found = query_context_from(spark_context.getLocalProperty)
+        context = QueryContext(found.query_id, found.query_name, batch_id)
+        df.persist()
+        try:
+            passed = df
+            failed = None
+            if condition is not None:
+                holds = coalesce(condition, lit(False))
+                passed, failed = df.filter(holds), df.filter(~holds)
+            returned = fn(passed, batch_id)
+            letters = []
+            if failed is not None:
+                letters += _processing_letters(
+                    failed.toArrow(), CHECK_FAILED, f"failed check: {check_text}", "check", context
+                )
+            if returned is not None:
+                if not isinstance(returned, DataFrame):
+                    raise TypeError(
+                        f"the foreachBatch function {name} returned {type(returned).__name__}; "
+                        "with_dead_letters expects None or a DataFrame of the rows it rejects"
+                    )
+                letters += _processing_letters(
+                    returned.toArrow(), REJECTED, f"rejected by {name}", "rejected", context
+                )
+        finally:
+            df.unpersist()
+        if not letters:
+            return
+        if context.query_id is not None:
+            dlq.append(letters, app_id=f"{context.query_id}/processing", version=batch_id)
+        else:
+            dlq.append(letters)
+
+    return run
+
+
+def _processing_letters(
+    rows: pa.Table, reason: str, error: str, kind: str, context: QueryContext
+) -> list[DeadLetter]:
+    """Rejected rows as ``processing`` dead letters."""
+    names = set(rows.column_names)
+    records = rows.to_pylist()
+    from_bus = {"stream", "id"} <= names
+    if not from_bus:  # a deterministic position: rows ordered by their content
+        records.sort(key=_canonical)
+    write_id = f"{context.query_id or '-'}/{context.batch_id}/{kind}"
+    letters = []
+    for position, row in enumerate(records):
+        why = row.pop(REASON_COLUMN, None) or reason
+        message = row.pop(ERROR_COLUMN, None) or error
+        details = _details(row)
+        common: dict[str, Any] = {
+            "topic": _text(row.get("topic")),
+            "correlation_id": _text(row.get("correlation_id")),
+            "priority": _int32(row.get("priority")),
+            "delivery_attempts": _int32(row.get("delivery_attempts")),
+            "payload": _payload(row),
+            "fields": details,
+            "context": context,
+        }
+        if from_bus and row.get("stream") and row.get("id"):
+            letters.append(
+                DeadLetter.for_entry(
+                    PROCESSING,
+                    why,
+                    message,
+                    stream=str(row["stream"]),
+                    entry_id=str(row["id"]),
+                    **common,
+                )
+            )
+        else:
+            letters.append(
+                DeadLetter.for_row(
+                    why, message, write_id=write_id, row=position, stage=PROCESSING, **common
+                )
+            )
+    return letters
+
+
+_ENVELOPE_COLUMNS = ("topic", "payload", "correlation_id", "priority", "delivery_attempts")
+_SOURCE_ONLY = ("stream", "id", "timestamp", "error", "enqueued_time")
+
+
+def _details(row: Mapping[str, Any]) -> dict[str, str]:
+    """``fields``: the raw entry when the row carries it, else its other columns as text
+    (maps and structs as JSON, so ``tracing``/``metadata`` can be replayed)."""
+    raw = row.get("fields")
+    if raw:
+        return dict(raw)
+    details = {}
+    for key, value in row.items():
+        if key in _ENVELOPE_COLUMNS or key in _SOURCE_ONLY or key == "fields" or value is None:
+            continue
+        details[key] = _as_text(value)
+    return details
+
+
+def _payload(row: Mapping[str, Any]) -> str | None:
+    if "payload" in row:
+        value = row["payload"]
+        return None if value is None else _as_text(value)
+    rest = {k: v for k, v in row.items() if k not in (REASON_COLUMN, ERROR_COLUMN)}
+    return _json(rest)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return _json(dict(value))  # a map, as Arrow gives it
+    if isinstance(value, dict | list):
+        return _json(value)
+    return str(value)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+def _canonical(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, default=str, sort_keys=True)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _int32(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if -(2**31) <= number < 2**31 else None

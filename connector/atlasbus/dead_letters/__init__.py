@@ -10,6 +10,7 @@ from atlasbus.dead_letters.record import (
     sink_write_id,
     to_arrow,
 )
+from atlasbus.dead_letters.replay import Refused, Replayed, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.schema import (
     COLUMNS,
     DATA_LOSS,
@@ -21,7 +22,6 @@ from atlasbus.dead_letters.schema import (
     STAGES,
     Stage,
 )
-from atlasbus.dead_letters.replay import Refused, Replayed, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.source import split_decoded
 from atlasbus.dead_letters.table import DeadLetterTable, DeadLetterTableError
 

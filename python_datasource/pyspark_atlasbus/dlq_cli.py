@@ -1,0 +1,288 @@
+"""``atlasbus dlq show | summary | replay``: the dead-letter table from a terminal.
+
+Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.dead_letters import DeadLetterTable, ReplayResult, replay_dead_letters
+from atlasbus.dead_letters.table import SUMMARY_BY
+from atlasbus.errors import AtlasbusError
+from atlasbus.sink_options import DEFAULT_STREAM_PREFIX
+
+SHOW_COLUMNS = (
+    "dead_letter_id",
+    "dead_lettered_at",
+    "stage",
+    "reason",
+    "topic",
+    "entry_id",
+    "replay_count",
+    "error",
+    "payload",
+)
+ID_WIDTH = 12
+CELL_WIDTH = 48
+
+WHERE_HELP = (
+    "a SQL condition over the table's columns, e.g. \"stage = 'sink-publish' AND topic = "
+    "'orders'\" or \"dead_lettered_at > '2024-05-01'\""
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``dlq`` command group to the ``atlasbus`` command line."""
+    dlq = subparsers.add_parser(
+        "dlq",
+        help="inspect and replay the dead-letter table",
+        description="Inspect and replay an atlasbus dead-letter table (a Delta table). "
+        "Uses delta-rs; starts no Spark.",
+    )
+    commands = dlq.add_subparsers(dest="dlq_command", metavar="SUBCOMMAND", required=True)
+
+    show = commands.add_parser(
+        "show",
+        help="list dead letters, newest first",
+        description="List dead letters, newest first, as a table (long values are cut; the "
+        "full dead_letter_id with --full).",
+    )
+    _common(show)
+    show.add_argument("--limit", type=_positive, default=20, help="rows to show (default 20)")
+    show.add_argument(
+        "--columns",
+        default=",".join(SHOW_COLUMNS),
+        help=f"comma-separated columns to show (default {','.join(SHOW_COLUMNS)})",
+    )
+    show.add_argument("--full", action="store_true", help="do not cut long values")
+    show.set_defaults(run=run_show)
+
+    summary = commands.add_parser(
+        "summary",
+        help="count dead letters per group",
+        description="Count dead letters per group (default: topic, stage, reason), with the "
+        "first and last time one was recorded.",
+    )
+    _common(summary)
+    summary.add_argument(
+        "--by",
+        default=",".join(SUMMARY_BY),
+        help=f"comma-separated columns to group by (default {','.join(SUMMARY_BY)})",
+    )
+    summary.add_argument(
+        "--freq", help="also group by time window: a pandas frequency such as 1h, 15min, 1D"
+    )
+    summary.set_defaults(run=run_summary)
+
+    replay = commands.add_parser(
+        "replay",
+        help="re-publish dead letters to their topics",
+        description="Re-publish the chosen dead letters to {stream-prefix}:{topic} in the wire "
+        "format, with delivery_attempts one higher, and record replay_count, last_replayed_at "
+        "and last_replay_entry_id in the table. Dead letters already replayed are refused "
+        "unless --again. Exit status 1 when a chosen dead letter was not replayed.",
+    )
+    _common(replay)
+    replay.add_argument("--limit", type=_positive, help="replay at most this many, oldest first")
+    replay.add_argument(
+        "--url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis URL to publish to (default $REDIS_URL, else redis://localhost:6379/0)",
+    )
+    replay.add_argument(
+        "--stream-prefix",
+        default=DEFAULT_STREAM_PREFIX,
+        help=f"publish to {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+    )
+    replay.add_argument(
+        "--again", action="store_true", help="also replay dead letters replayed before"
+    )
+    replay.add_argument(
+        "--dry-run", action="store_true", help="say what would be replayed; publish nothing"
+    )
+    replay.set_defaults(run=run_replay)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--table", required=True, help="the dead-letter table: a path or a delta-rs URI"
+    )
+    parser.add_argument("--where", help=WHERE_HELP)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _columns(text: str, what: str) -> list[str]:
+    from atlasbus.dead_letters import COLUMNS
+
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in COLUMNS]
+    if unknown:
+        raise AtlasbusError(f"{what}: unknown column(s) {unknown}; valid: {', '.join(COLUMNS)}")
+    return names
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def run_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    return _guard(out, lambda: _show(args, out))
+
+
+def _show(args: argparse.Namespace, out: TextIO) -> int:
+    columns = _columns(args.columns, "--columns")
+    data = DeadLetterTable(args.table).to_arrow(args.where)
+    total = data.num_rows
+    data = data.sort_by([("dead_lettered_at", "descending"), ("dead_letter_id", "ascending")])
+    rows = data.slice(0, args.limit).select(columns).to_pylist()
+    width = None if args.full else CELL_WIDTH
+    for row in rows:  # a short ID, like git's: enough to tell dead letters apart
+        if width is not None and row.get("dead_letter_id"):
+            row["dead_letter_id"] = row["dead_letter_id"][:ID_WIDTH]
+    cells = [[_cell(row[c], width=width) for c in columns] for row in rows]
+    out.write(format_table(columns, cells))
+    out.write(f"{len(rows)} of {total} dead letter(s)\n")
+    return 0
+
+
+def run_summary(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    return _guard(out, lambda: _summary(args, out))
+
+
+def _summary(args: argparse.Namespace, out: TextIO) -> int:
+    by = _columns(args.by, "--by")
+    frame = DeadLetterTable(args.table).summary(by=by, freq=args.freq, filter=args.where)
+    headers = [str(c) for c in frame.columns]
+    cells = [[_cell(v, width=CELL_WIDTH) for v in row] for row in frame.itertuples(index=False)]
+    out.write(format_table(headers, cells))
+    out.write(f"{int(frame['count'].sum()) if len(frame) else 0} dead letter(s)\n")
+    return 0
+
+
+def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    return _guard(out, lambda: _replay(args, out))
+
+
+def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    result = replay_dead_letters(
+        DeadLetterTable(args.table),
+        endpoint=RedisEndpoint.from_options(args.url, None, None),
+        where=args.where,
+        stream_prefix=args.stream_prefix,
+        again=args.again,
+        dry_run=args.dry_run,
+        limit=args.limit,
+    )
+    write_replay_report(result, out)
+    return 1 if result.refused else 0
+
+
+def write_replay_report(result: ReplayResult, out: TextIO) -> None:
+    verb = "would replay" if result.dry_run else "replayed"
+    if result.replayed:
+        out.write(
+            format_table(
+                ["dead_letter_id", "topic", "stream", "new entry_id"],
+                [
+                    [r.dead_letter_id[:ID_WIDTH], r.topic, r.stream, r.entry_id or "-"]
+                    for r in result.replayed
+                ],
+            )
+        )
+    if result.refused:
+        out.write(
+            format_table(
+                ["not replayed", "why"],
+                [[r.dead_letter_id[:ID_WIDTH], r.why] for r in result.refused],
+            )
+        )
+    out.write(
+        f"{verb} {len(result.replayed)} dead letter(s); refused {len(result.already_replayed)} "
+        f"already replayed (use --again), {len(result.not_replayable)} not replayable\n"
+    )
+
+
+def _guard(out: TextIO, action: Any) -> int:
+    """Known errors as one line on stderr and exit status 2, not a traceback."""
+    try:
+        return int(action())
+    except (AtlasbusError, ValueError) as exc:
+        sys.stderr.write(f"atlasbus dlq: error: {exc}\n")
+        return 2
+    except Exception as exc:  # delta-rs / DataFusion errors: a bad --where, say
+        if type(exc).__module__.split(".")[0] not in ("deltalake", "datafusion", "pyarrow"):
+            raise
+        sys.stderr.write(f"atlasbus dlq: error: {type(exc).__name__}: {exc}\n")
+        return 2
+
+
+# --- plain-text tables ---------------------------------------------------------------------------
+
+
+def _cell(value: Any, *, width: int | None) -> str:
+    if value is None:
+        text = "-"
+    elif isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+    elif isinstance(value, list):  # a map, as Arrow gives it
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
+    elif hasattr(value, "isoformat") and hasattr(value, "strftime"):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+    else:
+        text = str(value)
+    text = " ".join(text.split())  # one line per row
+    if width is not None and len(text) > width:
+        text = text[: width - 3] + "..."
+    return text
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns under a header and a rule; numbers right-aligned."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if right else c.ljust(w)
+            for c, w, right in zip(cells, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip() + "\n"
+
+    text = line(headers) + line(["-" * w for w in widths])
+    return text + "".join(line(row) for row in rows)
+
+
+def _is_number(text: str) -> bool:
+    return text.lstrip("-").replace(".", "", 1).isdigit() or text == "-"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``atlasbus dlq ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    parser = argparse.ArgumentParser(prog="atlasbus")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""The foreachBatch router, replay and the ``atlasbus dlq`` command line, on real tables."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql.functions import col
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.dead_letters import (
+    PROCESSING,
+    DeadLetter,
+    DeadLetterTable,
+    dead_letter_id,
+    replay_dead_letters,
+)
+from helpers import BatchCollector, publish, stream_reader
+from pyspark_atlasbus import dlq_cli, with_dead_letters
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+# --- foreachBatch helper -------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_foreach_batch_helper_routes_check_failures_and_returned_rows(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:orders"
+    ids = publish(r, prefix, "orders", 12)  # priority = n % 10, payload {"n": n}
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    seen = BatchCollector(columns=("id", "payload"))
+
+    def process(df: Any, batch_id: int) -> Any:
+        seen(df, batch_id)
+        # reject rows whose n is a multiple of 5, with a reason of our own for n = 10
+        rejected = df.where("get_json_object(payload, '$.n') % 5 = 0")
+        return rejected.selectExpr(
+            "*",
+            "if(get_json_object(payload, '$.n') = 10, 'ten', null) as dead_letter_reason",
+            "'multiple of five' as dead_letter_error",
+        )
+
+    def run() -> Any:
+        query = (
+            stream_reader(spark, redis_url, prefix, topics="orders")
+            .writeStream.queryName(f"router_{prefix}")
+            .foreachBatch(with_dead_letters(process, dlq, check="priority < 8"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+        return query
+
+    query = run()
+    # priority 8 and 9 (n = 8, 9) fail the check and never reach the function
+    assert [row["id"] for row in seen.rows] == [ids[n] for n in range(12) if n not in (8, 9)]
+    letters = {x["entry_id"]: x for x in dlq.to_arrow().to_pylist()}
+    assert sorted(letters) == sorted(ids[n] for n in (0, 5, 8, 9, 10))
+    expected = {
+        0: ("rejected", "multiple of five"),
+        5: ("rejected", "multiple of five"),
+        10: ("ten", "multiple of five"),
+        8: ("check-failed", "failed check: priority < 8"),
+        9: ("check-failed", "failed check: priority < 8"),
+    }
+    for n, (reason, error) in expected.items():
+        letter = letters[ids[n]]
+        assert letter["dead_letter_id"] == dead_letter_id(PROCESSING, stream, ids[n])
+        assert (letter["stage"], letter["reason"], letter["error"]) == (PROCESSING, reason, error)
+        assert (letter["topic"], letter["stream"], letter["priority"]) == ("orders", stream, n % 10)
+        assert json.loads(letter["payload"])["n"] == n
+        assert json.loads(dict(letter["fields"])["tracing"]) == {"trace_id": f"trace-{n}"}
+        assert (letter["query_id"], letter["query_name"], letter["batch_id"]) == (
+            str(query.id),
+            f"router_{prefix}",
+            0,
+        )
+
+    # a restart with nothing new runs no batch and records nothing
+    version = dlq.version()
+    run()
+    assert dlq.version() == version
+
+
+@pytest.mark.spark
+def test_foreach_batch_helper_with_rows_not_from_the_bus_is_idempotent(
+    spark: Any, tmp_path: Path
+) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    got: list[int] = []
+
+    def process(df: Any, batch_id: int) -> None:
+        got.extend(row["n"] for row in df.collect())
+
+    wrapped = with_dead_letters(process, dlq, check=col("n") % 3 != 0)
+    frame = spark.createDataFrame([(n, f"item-{n}") for n in range(7)], "n int, name string")
+    wrapped(frame, 4)
+    wrapped(frame, 4)  # the same batch again (outside a query: no app transaction)
+    assert sorted(got) == [1, 1, 2, 2, 4, 4, 5, 5]
+    letters = sorted(dlq.to_arrow().to_pylist(), key=lambda x: x["payload"])
+    assert [x["payload"] for x in letters] == [
+        '{"n":0,"name":"item-0"}',
+        '{"n":3,"name":"item-3"}',
+        '{"n":6,"name":"item-6"}',
+    ]
+    assert {(x["stage"], x["reason"], x["batch_id"], x["stream"]) for x in letters} == {
+        (PROCESSING, "check-failed", 4, None)
+    }
+    assert {x["error"] for x in letters} == {"failed check: Column<'!(=(%(n, 3), 0))'>"}
+    assert [dict(x["fields"]) for x in letters] == [
+        {"n": "0", "name": "item-0"},
+        {"n": "3", "name": "item-3"},
+        {"n": "6", "name": "item-6"},
+    ]
+
+
+# --- replay ------------------------------------------------------------------------------------
+
+
+def seed(dlq: DeadLetterTable, stream: str) -> dict[str, DeadLetter]:
+    letters = {
+        "decode": DeadLetter.for_entry(
+            "source-decode",
+            "invalid-integer",
+            "field 'priority' must be a decimal integer, got 'high'",
+            stream=stream,
+            entry_id="1-0",
+            topic="orders",
+            correlation_id="corr-1",
+            delivery_attempts=2,
+            payload='{"n": 1}',
+            fields={
+                "payload": '{"n": 1}',
+                "priority": "high",
+                "tracing": '{"trace_id": "t1"}',
+                "metadata": '{"m": "1"}',
+                "correlation_id": "corr-1",
+                "delivery_attempts": "2",
+            },
+            at=T0,
+        ),
+        "sink": DeadLetter.for_row(
+            "invalid-json",
+            "cannot publish row 0 (topic 'orders'): column 'tracing' is not valid JSON",
+            write_id="w/-/0",
+            row=0,
+            topic="orders",
+            priority=1,
+            payload='{"n": 2}',
+            fields={"tracing": '{"trace_id": "t2"}', "priority": "1"},
+            at=T0.replace(minute=1),
+        ),
+        "bad-json": DeadLetter.for_entry(
+            "source-decode",
+            "invalid-json",
+            "field 'payload' is not valid JSON: '{oops'",
+            stream=stream,
+            entry_id="3-0",
+            topic="orders",
+            payload="{oops",
+            fields={"payload": "{oops", "priority": "1"},
+            at=T0.replace(minute=2),
+        ),
+        "loss": DeadLetter.for_data_loss(
+            stream=stream, after="1-0", upto="2-5", topic="orders", at=T0.replace(minute=3)
+        ),
+    }
+    dlq.append(letters.values())
+    return letters
+
+
+def test_replay_round_trip_is_read_back_by_the_source_and_refused_the_second_time(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = seed(dlq, f"{prefix}:orders")
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+    at = datetime(2024, 6, 1, tzinfo=UTC)
+
+    dry = replay_dead_letters(
+        dlq, endpoint=endpoint, where="topic = 'orders'", stream_prefix=prefix, dry_run=True
+    )
+    assert [x.dead_letter_id for x in dry.replayed] == [
+        letters["decode"].dead_letter_id,
+        letters["sink"].dead_letter_id,
+    ]
+    assert r.exists(f"{prefix}:orders") == 0 and dlq.to_arrow("replay_count > 0").num_rows == 0
+
+    result = replay_dead_letters(
+        dlq, endpoint=endpoint, where="topic = 'orders'", stream_prefix=prefix, at=at
+    )
+    assert [(x.dead_letter_id, x.stream) for x in result.replayed] == [
+        (letters["decode"].dead_letter_id, f"{prefix}:orders"),
+        (letters["sink"].dead_letter_id, f"{prefix}:orders"),
+    ]
+    assert [(x.dead_letter_id, x.why) for x in result.not_replayable] == [
+        (
+            letters["loss"].dead_letter_id,
+            "a data-loss dead letter records removed entries, not a message: nothing to publish",
+        ),
+        (
+            letters["bad-json"].dead_letter_id,
+            "column 'payload' is not valid JSON (unexpected character, expected a string key: line "
+            "1 column 2 (char 1)): "
+            "'{oops'",
+        ),
+    ]
+    new_ids = [x.entry_id for x in result.replayed]
+
+    # the source reads them back, in the wire format, delivery_attempts one higher
+    rows = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "orders")
+        .load()
+        .collect()
+    )
+    assert [row["id"] for row in rows] == new_ids
+    assert [row["error"] for row in rows] == [None, None]
+    assert [
+        (row["payload"], row["priority"], row["correlation_id"], row["delivery_attempts"])
+        for row in rows
+    ] == [('{"n": 1}', 5, "corr-1", 3), ('{"n": 2}', 1, rows[1]["correlation_id"], 1)]
+    assert [(row["tracing"], row["metadata"]) for row in rows] == [
+        ({"trace_id": "t1"}, {"m": "1"}),
+        ({"trace_id": "t2"}, {}),
+    ]
+
+    # the table shows the replay
+    table = {x["dead_letter_id"]: x for x in dlq.to_arrow().to_pylist()}
+    for key, entry_id in zip(("decode", "sink"), new_ids, strict=True):
+        row = table[letters[key].dead_letter_id]
+        assert (row["replay_count"], row["last_replayed_at"], row["last_replay_entry_id"]) == (
+            1,
+            at,
+            entry_id,
+        )
+    assert table[letters["loss"].dead_letter_id]["replay_count"] == 0
+
+    # the same replay again is refused for what was replayed; --again replays explicitly
+    second = replay_dead_letters(
+        dlq, endpoint=endpoint, where="topic = 'orders'", stream_prefix=prefix
+    )
+    assert second.replayed == ()
+    assert [x.why for x in second.already_replayed] == [
+        f"already replayed 1 time(s), last as entry {new_ids[0]}; pass again=True (--again) to replay it again",
+        f"already replayed 1 time(s), last as entry {new_ids[1]}; pass again=True (--again) to replay it again",
+    ]
+    assert r.xlen(f"{prefix}:orders") == 2
+    third = replay_dead_letters(
+        dlq, endpoint=endpoint, where="stage = 'sink-publish'", stream_prefix=prefix, again=True
+    )
+    assert len(third.replayed) == 1 and r.xlen(f"{prefix}:orders") == 3
+    assert dlq.to_arrow("stage = 'sink-publish'").column("replay_count").to_pylist() == [2]
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="atlasbus")
+    dlq_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    out = io.StringIO()
+    code = args.run(args, out)
+    return code, out.getvalue()
+
+
+def test_cli_show_summary_and_replay(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = seed(dlq, f"{prefix}:orders")
+    table = str(tmp_path / "dlq")
+
+    code, out = cli(
+        "dlq",
+        "show",
+        "--table",
+        table,
+        "--columns",
+        "dead_letter_id,dead_lettered_at,stage,reason,entry_id,replay_count,error",
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "dead_letter_id",
+        "dead_lettered_at",
+        "stage",
+        "reason",
+        "entry_id",
+        "replay_count",
+        "error",
+    ]
+    assert set(lines[1]) == {"-", " "}
+    assert lines[2].split()[:7] == [
+        letters["loss"].dead_letter_id[:12],
+        "2024-05-01",
+        "12:03:00",
+        "data-loss",
+        "entries-removed",
+        "2-5",
+        "0",
+    ]
+    assert lines[2].index("12:03:00") == lines[0].index("dead_lettered_at") + 11
+    assert "entries of stream" in lines[2] and lines[2].endswith("...")
+    assert lines[-1] == "4 of 4 dead letter(s)"
+
+    code, out = cli(
+        "dlq", "summary", "--table", table, "--by", "stage,reason", "--where", "topic = 'orders'"
+    )
+    assert (code, out.splitlines()) == (
+        0,
+        [
+            "stage          reason           count  first_dead_lettered_at  last_dead_lettered_at",
+            "-------------  ---------------  -----  ----------------------  ---------------------",
+            "data-loss      entries-removed      1  2024-05-01 12:03:00     2024-05-01 12:03:00",
+            "sink-publish   invalid-json         1  2024-05-01 12:01:00     2024-05-01 12:01:00",
+            "source-decode  invalid-integer      1  2024-05-01 12:00:00     2024-05-01 12:00:00",
+            "source-decode  invalid-json         1  2024-05-01 12:02:00     2024-05-01 12:02:00",
+            "4 dead letter(s)",
+        ],
+    )
+
+    replay = (
+        "dlq",
+        "replay",
+        "--table",
+        table,
+        "--url",
+        redis_url,
+        "--stream-prefix",
+        prefix,
+        "--where",
+        "reason = 'invalid-integer'",
+    )
+    code, out = cli(*replay, "--dry-run")
+    assert code == 0 and r.exists(f"{prefix}:orders") == 0
+    assert (
+        out.splitlines()[-1]
+        == "would replay 1 dead letter(s); refused 0 already replayed (use --again), 0 not replayable"
+    )
+    code, out = cli(*replay)
+    (entry_id,) = [i.decode() for i, _ in r.xrange(f"{prefix}:orders")]
+    assert code == 0
+    assert out.splitlines()[2].split() == [
+        letters["decode"].dead_letter_id[:12],
+        "orders",
+        f"{prefix}:orders",
+        entry_id,
+    ]
+    code, out = cli(*replay)
+    assert code == 1 and r.xlen(f"{prefix}:orders") == 1
+    assert (
+        out.splitlines()[-1]
+        == "replayed 0 dead letter(s); refused 1 already replayed (use --again), 0 not replayable"
+    )
+    code, out = cli(*replay, "--again")
+    assert code == 0 and r.xlen(f"{prefix}:orders") == 2
+
+
+def test_cli_errors_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = cli("dlq", "show", "--table", str(tmp_path / "nope"))
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"atlasbus dlq: error: no dead-letter table at {str(tmp_path / 'nope')!r}: it is created "
+        "by the first dead letter written there; check the deadLetterTable option for a typo\n"
+    )
+    code, _ = cli("dlq", "summary", "--table", str(tmp_path / "nope"), "--by", "colour")
+    assert code == 2
+    assert "--by: unknown column(s) ['colour']" in capsys.readouterr().err
+
+
+def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
+    DeadLetterTable(tmp_path / "dlq").append(
+        [DeadLetter.for_data_loss(stream="s", after="1-0", upto="2-0", at=T0)]
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyspark_atlasbus.dlq_cli",
+            "dlq",
+            "summary",
+            "--table",
+            str(tmp_path / "dlq"),
+            "--by",
+            "stage",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2].split()[:2] == ["data-loss", "1"]
+    assert "SparkContext" not in done.stderr and "JAVA" not in done.stderr
+    help_text = subprocess.run(
+        [sys.executable, "-m", "pyspark_atlasbus.dlq_cli", "dlq", "replay", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "--again" in help_text and "--dry-run" in help_text and "$REDIS_URL" in help_text
