@@ -385,6 +385,15 @@ def test_cli_errors_are_one_line_and_exit_2(
     code, _ = cli("dlq", "summary", "--table", str(tmp_path / "nope"), "--by", "colour")
     assert code == 2
     assert "--by: unknown column(s) ['colour']" in capsys.readouterr().err
+    DeadLetterTable(tmp_path / "dlq").append(
+        [DeadLetter.for_data_loss(stream="s", after="1-0", upto="2-0", at=T0)]
+    )
+    code, _ = cli("dlq", "show", "--table", str(tmp_path / "dlq"), "--where", "stag = 1")
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "atlasbus dlq: error reading the table (check --where): Schema error: No field named "
+        "stag. Did you mean 'dead_letters.stage'?\n"
+    )
 
 
 def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:

@@ -18,7 +18,10 @@ endingOffsets              batch only: latest (default) or JSON
 group                      consumer group mirrored by the query (XINFO GROUPS shows its lag)
 maxEntriesPerTrigger       cap per micro-batch across all streams
 maxEntriesPerPartition     split a stream's range into tasks of about this many (100000)
-failOnDataLoss             true (default): fail when unread entries were trimmed
+failOnDataLoss             true (default): fail when unread entries were trimmed; false: go
+                           on (and record a data-loss dead letter with deadLetterTable)
+deadLetterTable            Delta table path: malformed entries go there (stage
+                           source-decode), not into the output; needs format=envelope
 format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
 pageSize                   XRANGE COUNT per round trip (1000)
@@ -37,6 +40,9 @@ maxLen                     XADD MAXLEN ~ n: approximate trimming of each stream 
 maxMessageBytes            refuse a row whose entry exceeds this many bytes (262144)
 exactlyOnce                true (default): retried tasks and replayed micro-batches add no
                            entry twice; false: at least once, a little faster
+deadLetterTable            Delta table path: rows that cannot be published go there (stage
+                           sink-publish) and the rest is published; without it such a row
+                           fails the batch
 =========================  ===============================================================
 """
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from deltalake.exceptions import DeltaError
+
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
@@ -227,10 +229,9 @@ def _guard(out: TextIO, action: Any) -> int:
     except (AtlasbusError, ValueError) as exc:
         sys.stderr.write(f"atlasbus dlq: error: {exc}\n")
         return 2
-    except Exception as exc:  # delta-rs / DataFusion errors: a bad --where, say
-        if type(exc).__module__.split(".")[0] not in ("deltalake", "datafusion", "pyarrow"):
-            raise
-        sys.stderr.write(f"atlasbus dlq: error: {type(exc).__name__}: {exc}\n")
+    except DeltaError as exc:  # from delta-rs / DataFusion: a bad --where, most often
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        sys.stderr.write(f"atlasbus dlq: error reading the table (check --where): {first}\n")
         return 2
 
 
