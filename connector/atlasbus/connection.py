@@ -100,7 +100,7 @@ class RedisEndpoint:
 
 
 _clients: dict[tuple[str, str | None, str | None], redis.Redis] = {}
-_clients_lock = threading.Lock()
+_clients_lock = threading.RLock()  # re-entered when a failed connect is forgotten
 
 
 def forget_clients() -> None:
