@@ -143,7 +143,7 @@ class translate_errors:
         if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
             _forget(self.endpoint)
             raise RedisUnavailableError(
-                f"cannot reach Redis at {where}: {_scrub(str(exc), self.endpoint)}. Check that "
+                f"cannot reach Redis at {where}: {_scrub(str(exc), self.endpoint).rstrip('.')}. Check that "
                 "the server is running and that option 'url' (or $REDIS_URL) points to it."
             ) from None
         return False
