@@ -1,0 +1,254 @@
+"""Source benchmark: 1,000,000 envelopes read end to end, beside raw baselines in the same run.
+
+    python benchmarks/bench_source.py [--rows 1000000] [--repeat 3] [--url redis://...]
+
+Publishes envelopes of the wire format (8 fields, about 424 bytes) to one stream of a private
+redis-server (or --url), then measures, each as the best of --repeat runs:
+
+* spark: readStream.format("atlasbus") -> noop sink, trigger(availableNow=True), local[2]
+* core: atlasbus's own range reader without Spark, 2 processes (what Spark adds on top)
+* raw baseline: 2 processes paging the same stream with XRANGE and building Arrow batches
+  with the vectorised conversion (one flat binary array, cast, take), as measured-facts.md
+* one-at-a-time baseline: XREAD COUNT 1, like the bus's own consumer (on a sample)
+
+Prints a table and writes benchmarks/results/source.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+STREAM_PREFIX = "bench"
+TOPIC = "orders"
+STREAM = f"{STREAM_PREFIX}:{TOPIC}"
+RESULTS = Path(__file__).parent / "results" / "source.json"
+
+
+def envelope(index: int) -> dict[str, str]:
+    payload = {
+        "order_id": index,
+        "customer": f"c-{index % 9973}",
+        "amount": round(index * 1.37 % 1000, 2),
+        "currency": "EUR",
+        "items": [{"sku": "A-100", "qty": 2}, {"sku": "B-7", "qty": 1}],
+        "note": "x" * 96,
+    }
+    return {
+        "topic": TOPIC,
+        "priority": str(index % 10),
+        "payload": json.dumps(payload),
+        "correlation_id": uuid.uuid4().hex,
+        "tracing": json.dumps({"trace_id": uuid.uuid4().hex[:16]}),
+        "metadata": "{}",
+        "delivery_attempts": "0",
+        "enqueued_time": f"{time.time():.6f}",
+    }
+
+
+def publish(url: str, rows: int) -> float:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.delete(STREAM)
+    started = time.perf_counter()
+    for offset in range(0, rows, 2000):
+        pipe = client.pipeline(transaction=False)
+        for index in range(offset, min(offset + 2000, rows)):
+            pipe.xadd(STREAM, envelope(index))
+        pipe.execute()
+    return rows / (time.perf_counter() - started)
+
+
+def halves(url: str) -> list[tuple[str, str]]:
+    """Two ID ranges splitting the stream by time, one per process."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    first = int(client.xrange(STREAM, count=1)[0][0].split(b"-")[0])
+    last = int(client.xrevrange(STREAM, count=1)[0][0].split(b"-")[0])
+    middle = (first + last) // 2
+    return [("-", f"{middle}-18446744073709551615"), (f"({middle}-18446744073709551615", "+")]
+
+
+def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> int:
+    import numpy as np
+    import pyarrow as pa
+    import redis
+
+    connection = redis.Redis.from_url(url).connection_pool.get_connection()
+    start, end = bounds
+    rows = 0
+    while True:
+        connection.send_command("XRANGE", STREAM, start, end, "COUNT", 1000)
+        page = connection.read_response()
+        if not page:
+            break
+        width = len(page[0][1])
+        flat = pa.array(list(chain.from_iterable(e[1] for e in page)), pa.binary())
+        base = np.arange(len(page)) * width
+        columns = [flat.take(pa.array(base + j)).cast(pa.string()) for j in range(1, width, 2)]
+        ids = pa.array([e[0] for e in page], pa.binary()).cast(pa.string())
+        pa.RecordBatch.from_arrays([ids, *columns], names=[str(i) for i in range(len(columns) + 1)])
+        rows += len(page)
+        if len(page) < 1000:
+            break
+        start = b"(" + page[-1][0]
+    return rows
+
+
+def core_reader(url: str, bounds: tuple[str, str]) -> int:
+    from atlasbus.entry_id import EntryId
+    from atlasbus.planning import ReadRange
+    from atlasbus.reader import read_range
+    from atlasbus.source_options import parse_source_options
+
+    options = parse_source_options({"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC})
+    low = EntryId(0, 0) if bounds[0] == "-" else EntryId.parse(bounds[0].lstrip("("))
+    high = EntryId(2**63, 0) if bounds[1] == "+" else EntryId.parse(bounds[1])
+    return sum(b.num_rows for b in read_range(options, ReadRange(STREAM, TOPIC, low, high)))
+
+
+def two_processes(function: Any, url: str) -> float:
+    parts = halves(url)
+    with ProcessPoolExecutor(2) as pool:
+        pool.submit(int, 0).result()  # workers up before the clock starts
+        started = time.perf_counter()
+        rows = sum(pool.map(function, [url] * 2, parts))
+        return rows / (time.perf_counter() - started)
+
+
+def one_at_a_time(url: str, sample: int) -> float:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    position = "0-0"
+    started = time.perf_counter()
+    for _ in range(sample):
+        reply = client.xread({STREAM: position}, count=1)
+        position = reply[0][1][0][0]
+    return sample / (time.perf_counter() - started)
+
+
+def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> float:
+    frame = (
+        spark.readStream.format("atlasbus")
+        .option("url", url)
+        .option("streamPrefix", STREAM_PREFIX)
+        .option("topics", TOPIC)
+        .load()
+    )
+    checkpoint = checkpoint_root / uuid.uuid4().hex
+    started = time.perf_counter()
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    if read != rows:
+        raise SystemExit(f"spark read {read} rows, expected {rows}")
+    return rows / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--url", help="an existing Redis (default: a private redis-server)")
+    parser.add_argument(
+        "--sample", type=int, default=20_000, help="entries for the XREAD COUNT 1 baseline"
+    )
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+
+    from atlasbus.redis_server import RedisServer
+
+    server = None if args.url else RedisServer().start()
+    url = args.url or server.url  # type: ignore[union-attr]
+    try:
+        print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
+        publish_rate = publish(url, args.rows)
+        import redis
+
+        entry_bytes = redis.Redis.from_url(url).memory_usage(STREAM) or 0
+        sample_fields = envelope(0)
+        wire_bytes = sum(len(k) + len(v.encode()) for k, v in sample_fields.items())
+
+        from pyspark.sql import SparkSession
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("atlasbus-bench-source")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "4g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-"))
+        # Warm-up: Python workers start on the first query.
+        warm_up = spark.read.format("atlasbus").option("url", url).option("topics", TOPIC)
+        warm_up.option("streamPrefix", STREAM_PREFIX).load().limit(10).count()
+
+        results: dict[str, list[float]] = {"spark": [], "core": [], "raw": []}
+        for attempt in range(args.repeat):
+            results["raw"].append(two_processes(raw_xrange_to_arrow, url))
+            results["core"].append(two_processes(core_reader, url))
+            results["spark"].append(spark_end_to_end(spark, url, args.rows, checkpoints))
+            done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
+            print(f"  run {attempt + 1}: {done}", flush=True)
+        single = one_at_a_time(url, min(args.sample, args.rows))
+        spark.stop()
+    finally:
+        if server is not None:
+            server.stop()
+
+    best = {name: max(values) for name, values in results.items()}
+    report = {
+        "benchmark": "source",
+        "rows": args.rows,
+        "envelope_wire_bytes": wire_bytes,
+        "stream_memory_bytes": entry_bytes,
+        "publish_rows_per_s": round(publish_rate),
+        "spark_rows_per_s": round(best["spark"]),
+        "core_2proc_rows_per_s": round(best["core"]),
+        "raw_xrange_arrow_2proc_rows_per_s": round(best["raw"]),
+        "xread_count1_rows_per_s": round(single),
+        "spark_vs_raw": round(best["spark"] / best["raw"], 3),
+        "spark_vs_xread_count1": round(best["spark"] / single, 1),
+        "all_runs": {k: [round(v) for v in vs] for k, vs in results.items()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    table = [
+        ("atlasbus readStream -> noop, availableNow, local[2]", best["spark"]),
+        ("atlasbus core reader, no Spark, 2 processes", best["core"]),
+        ("baseline: raw XRANGE + vectorised Arrow, 2 processes", best["raw"]),
+        ("baseline: one at a time, XREAD COUNT 1 (bus consumer)", single),
+    ]
+    print(f"\n{'what':<58}{'rows/s':>12}{'x raw':>9}")
+    for label, rate in table:
+        print(f"{label:<58}{rate:>12,.0f}{rate / best['raw']:>9.3f}")
+    print(f"\nenvelope {wire_bytes} bytes on the wire; results in {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
