@@ -142,8 +142,9 @@ class translate_errors:
             ) from None
         if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
             _forget(self.endpoint)
+            detail = _scrub(str(exc), self.endpoint).rstrip(".")
             raise RedisUnavailableError(
-                f"cannot reach Redis at {where}: {_scrub(str(exc), self.endpoint).rstrip('.')}. Check that "
+                f"cannot reach Redis at {where}: {detail}. Check that "
                 "the server is running and that option 'url' (or $REDIS_URL) points to it."
             ) from None
         return False
