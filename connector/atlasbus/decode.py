@@ -328,12 +328,14 @@ def _map_column(
     if values is None:
         return _empty_maps(size)
     keys: list[str] = []
-    items: list[str] = []
+    items: list[object] = []
     offsets = [0]
-    loads, dumps = orjson.loads, orjson.dumps
+    count = 0
+    loads, add_offset = orjson.loads, offsets.append
+    add_keys, add_items = keys.extend, items.extend
     for row, value in enumerate(values):
         if value is None or value == _EMPTY_OBJECT:
-            offsets.append(len(keys))
+            add_offset(count)
             continue
         try:
             parsed = loads(value)
@@ -342,15 +344,21 @@ def _map_column(
             problem, reason = "is not valid JSON", INVALID_JSON
         else:
             problem, reason = "is not a JSON object", NOT_JSON_OBJECT
-        if type(parsed) is not dict:
-            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
+        if type(parsed) is dict:
+            add_keys(parsed)
+            add_items(parsed.values())
+            count += len(parsed)
         else:
-            for key, item in parsed.items():
-                keys.append(key)
-                items.append(item if type(item) is str else dumps(item).decode())
-        offsets.append(len(keys))
+            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
+        add_offset(count)
+    try:
+        item_array = pa.array(items, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value that is not a string: keep its JSON
+        item_array = pa.array(
+            [i if type(i) is str else orjson.dumps(i).decode() for i in items], pa.string()
+        )
     return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string())
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), item_array
     )
 
 

@@ -17,7 +17,7 @@ startingTimestamp          epoch ms: start at the first entry at or after it
 endingOffsets              batch only: latest (default) or JSON
 group                      consumer group mirrored by the query (XINFO GROUPS shows its lag)
 maxEntriesPerTrigger       cap per micro-batch across all streams
-maxEntriesPerPartition     split a stream's range into tasks of about this many (100000)
+maxEntriesPerPartition     split a stream's range into tasks of about this many (250000)
 failOnDataLoss             true (default): fail when unread entries were trimmed; false: go
                            on (and record a data-loss dead letter with deadLetterTable)
 deadLetterTable            Delta table path: malformed entries go there (stage
