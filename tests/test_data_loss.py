@@ -63,10 +63,11 @@ def _plan(server: RedisServer, position: str, *, fail: bool = True) -> list[tupl
 
 def _fill(server: RedisServer, count: int) -> tuple[redis.Redis, list[str]]:
     client = redis.Redis.from_url(server.url)
-    return client, [
-        client.xadd("atlas_bus:t", {"payload": "{}", "priority": "1"}).decode()
-        for _ in range(count)
-    ]
+    # IDs ten milliseconds apart, so "the entry right after" is never a neighbour by chance.
+    ids = [f"{(i + 1) * 10}-0" for i in range(count)]
+    for entry_id in ids:
+        client.xadd("atlas_bus:t", {"payload": "{}", "priority": "1"}, id=entry_id)
+    return client, ids
 
 
 def test_trim_past_the_checkpoint_is_data_loss(server: RedisServer) -> None:
