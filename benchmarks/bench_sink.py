@@ -17,7 +17,6 @@ import json
 import multiprocessing
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -144,20 +143,9 @@ def _rows_in(files: list[str]) -> int:
 
 
 def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from pyspark_atlasbus.session import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("atlasbus-bench-sink")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("atlasbus-bench-sink")
 
 
 def spark_batch(spark: Any, url: str, path: Path, exactly_once: bool) -> float:

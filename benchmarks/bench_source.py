@@ -190,17 +190,9 @@ def main() -> None:
         sample_fields = envelope(0)
         wire_bytes = sum(len(k) + len(v.encode()) for k, v in sample_fields.items())
 
-        from pyspark.sql import SparkSession
+        from pyspark_atlasbus.session import local_session
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("atlasbus-bench-source")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "4g")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_session("atlasbus-bench-source", driver_memory="4g")
         checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-"))
         # Warm-up: Python workers start on the first query.
         warm_up = spark.read.format("atlasbus").option("url", url).option("topics", TOPIC)

@@ -47,18 +47,14 @@ def prefix() -> str:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from pyspark.sql import SparkSession
+    from pyspark_atlasbus.session import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("atlasbus-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
+    session = local_session(
+        "atlasbus-tests",
+        config={
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.streaming.stopTimeout": "30s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
