@@ -1,70 +1,255 @@
-"""`atlasbus demo` end to end: its printed summary matches the tables it leaves behind."""
+"""`atlasbus demo` end to end, in a subprocess as a user runs it.
+
+Its printed summary must match the tables it leaves behind and the streams in Redis; Ctrl-C
+stops it cleanly with a summary that still adds up; the explorer notebook works on its tables.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+import redis
 from deltalake import DeltaTable
 
 from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.decode import REASONS, decode_envelope_page
+from atlasbus.traffic import TOPICS, TrafficGenerator
+from pyspark_atlasbus.demo import GROUP, STREAM_PREFIX
+from test_notebooks import execute_notebook, images, text
+
+DEMO = [sys.executable, "-m", "pyspark_atlasbus.cli", "demo"]
 
 
-def _number(label: str, text: str) -> int:
-    match = re.search(rf"^{re.escape(label)}:\s+(\d+)", text, re.MULTILINE)
-    assert match, f"no '{label}' line in:\n{text}"
-    return int(match.group(1))
+@dataclass(frozen=True)
+class DemoRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    output: Path
+
+    def number(self, label: str) -> int:
+        match = re.search(rf"^{re.escape(label)}:\s+(\d+)", self.stdout, re.MULTILINE)
+        assert match, f"no '{label}' line in:\n{self.stdout}"
+        return int(match.group(1))
+
+    def reasons(self) -> dict[str, int]:
+        block = self.stdout.split("dead letters:", 1)[1].split("accounted:", 1)[0]
+        return {
+            reason: int(count)
+            for reason, count in re.findall(r"^  ([a-z0-9-]+)\s+(\d+)$", block, re.MULTILINE)
+        }
 
 
-def test_demo_summary_matches_its_tables(redis_url: str, tmp_path: Path) -> None:
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """One short demo against the session's redis-server (``--url``), so Redis can be checked."""
+    workdir = tmp_path_factory.mktemp("demo")
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pyspark_atlasbus.cli",
-            "demo",
-            "--url",
-            redis_url,
-            "--duration",
-            "6",
-            "--rate",
-            "600",
-            "--output",
-            str(out),
-        ],
+        [*DEMO, "--url", redis_url, "--duration", "8", "--rate", "600", "--output", "out"],
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=300,
+        cwd=workdir,
+    )
+    return DemoRun(done.returncode, done.stdout, done.stderr, workdir / "out")
+
+
+def _stream_entries(redis_url: str) -> dict[tuple[str, str], list[bytes]]:
+    client = redis.Redis.from_url(redis_url)
+    entries = {}
+    for topic in TOPICS:
+        stream = f"{STREAM_PREFIX}:{topic}"
+        for entry_id, fields in client.xrange(stream):
+            entries[(stream, entry_id.decode())] = [
+                part for pair in fields.items() for part in pair
+            ]
+    return entries
+
+
+def test_demo_summary_matches_its_tables_and_redis(demo_run: DemoRun, redis_url: str) -> None:
+    assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-3000:]
+    published = demo_run.number("published entries")
+    malformed = demo_run.number("  of which malformed")
+    events = demo_run.number("events written")
+    dead = demo_run.number("dead letters")
+    assert "every entry accounted for" in demo_run.stdout
+    assert "Traceback" not in demo_run.stderr
+
+    # The tables hold what the summary says.
+    event_rows = DeltaTable(str(demo_run.output / "events")).to_pyarrow_table().to_pylist()
+    letters = DeadLetterTable(str(demo_run.output / "dead_letters")).to_pandas()
+    assert len(event_rows) == events
+    assert len(letters) == dead == malformed
+    assert dict(Counter(letters["reason"])) == demo_run.reasons()
+    assert set(letters["stage"]) == {"source-decode"}
+    assert set(letters["reason"]) <= set(REASONS)
+
+    # ... and together exactly the entries in Redis: each once, the malformed ones dead-lettered.
+    entries = _stream_entries(redis_url)
+    assert len(entries) == published == events + dead
+    event_keys = [(row["stream"], row["id"]) for row in event_rows]
+    letter_keys = list(zip(letters["stream"], letters["entry_id"], strict=True))
+    assert len(set(event_keys)) == len(event_keys) and len(set(letter_keys)) == len(letter_keys)
+    assert set(event_keys) | set(letter_keys) == set(entries)
+    for (stream, entry_id), reason in zip(letter_keys, letters["reason"], strict=True):
+        page = decode_envelope_page(
+            [[entry_id.encode(), entries[(stream, entry_id)]]],
+            topic="t",
+            stream=stream,
+            include_raw_fields=False,
+        )
+        assert page.reasons == [reason]
+
+    # The consumer group mirrors the query: at the end it has read every stream to its end.
+    client = redis.Redis.from_url(redis_url)
+    for topic in TOPICS:
+        stream = f"{STREAM_PREFIX}:{topic}"
+        group = next(g for g in client.xinfo_groups(stream) if g["name"].decode() == GROUP)
+        assert group["last-delivered-id"] == client.xrevrange(stream, count=1)[0][0]
+
+
+def test_demo_progress_and_next_steps(demo_run: DemoRun) -> None:
+    progress = [
+        line
+        for line in demo_run.stdout.splitlines()
+        if line.startswith("published ") and "|" in line
+    ]
+    assert progress, demo_run.stdout
+    for word in ("read", "written", "dead letters", "lag", "batch"):
+        assert word in progress[-1]
+    assert f"atlasbus dlq summary --table {demo_run.output / 'dead_letters'}" in demo_run.stdout
+    assert "dead_letter_explorer.ipynb" in demo_run.stdout
+
+
+def test_dead_letter_explorer_on_the_demo_tables(
+    demo_run: DemoRun, redis_url: str, tmp_path: Path
+) -> None:
+    assert demo_run.returncode == 0
+    table = tmp_path / "dead_letters"
+    shutil.copytree(demo_run.output / "dead_letters", table)
+    before = _stream_entries(redis_url)
+    notebook = execute_notebook(
+        "dead_letter_explorer.ipynb",
+        {"REDIS_URL": redis_url, "ATLASBUS_DEAD_LETTERS": str(table)},
+        tmp_path,
+    )
+    assert len(images(notebook)) == 1
+    assert f"{demo_run.number('dead letters')} dead letters" in text(notebook)
+    replayed = DeadLetterTable(str(table)).to_pandas("replay_count > 0")
+    assert 0 < len(replayed) <= 5 and set(replayed["reason"]) == {"invalid-integer"}
+    added = set(_stream_entries(redis_url)) - set(before)
+    assert {
+        (s, i) for s, i in zip(replayed["stream"], replayed["last_replay_entry_id"], strict=True)
+    } == added
+
+
+def test_demo_ctrl_c_stops_cleanly_with_a_summary_that_adds_up(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole process group: the embedded Redis must survive
+    it until the query has stopped, and the summary must still match the tables."""
+    demo = subprocess.Popen(
+        [*DEMO, "--duration", "120", "--rate", "500", "--output", "out"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    assert demo.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 180
+    url = None
+    for line in demo.stdout:
+        lines.append(line)
+        url = url or (re.search(r"on (redis://\S+)", line) or [None, None])[1]
+        if re.search(r"\| batch [1-9]", line) or time.monotonic() > deadline:
+            break
+    os.killpg(demo.pid, signal.SIGINT)
+    stdout, stderr = demo.communicate(timeout=120)
+    stdout = "".join(lines) + stdout
+    run = DemoRun(demo.returncode, stdout, stderr, tmp_path / "out")
+
+    assert demo.returncode == 130, stdout[-2000:] + stderr[-3000:]
+    assert "stopping after the current micro-batch" in stdout
+    assert "every entry accounted for" in stdout, stdout
+    assert "Traceback" not in stderr
+    events = DeltaTable(str(run.output / "events")).count()
+    letters = DeadLetterTable(str(run.output / "dead_letters"))
+    dead = len(letters.to_pandas()) if letters.exists() else 0
+    assert (events, dead) == (run.number("events written"), run.number("dead letters"))
+    unread = run.number("not read (stopped early)") if "not read" in stdout else 0
+    assert events + dead + unread == run.number("published entries")
+    # The embedded server is gone with the demo.
+    assert url is not None
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+
+
+def test_demo_unreachable_url_is_one_line_that_says_what_to_do(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*DEMO, "--url", "redis://127.0.0.1:1/0", "--output", "out"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = done.stdout
-    published = _number("published entries", summary)
-    malformed = _number("  of which malformed", summary)
-    events = _number("events written", summary)
-    dead = _number("dead letters", summary)
-
-    assert published > 1000 and malformed > 0
-    assert DeltaTable(str(out / "events")).count() == events
-    table = DeadLetterTable(str(out / "dead_letters"))
-    frame = table.to_pandas()
-    assert len(frame) == dead == malformed
-    assert set(frame["stage"]) == {"source-decode"}
-    assert frame["dead_letter_id"].is_unique
-    assert events + dead == published
-    assert "every entry accounted for" in summary
+    assert done.returncode == 1
+    assert done.stderr.startswith("atlasbus demo: error: cannot reach Redis at 127.0.0.1:1")
+    assert "leave out --url" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
-def test_demo_help_reads_well() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pyspark_atlasbus.cli", "demo", "--help"],
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--duration", "0"], "argument --duration: must be a positive number, got '0'"),
+        (["--rate", "fast"], "argument --rate: must be a positive number, got 'fast'"),
+    ],
+)
+def test_demo_bad_arguments(args: list[str], message: str) -> None:
+    done = subprocess.run([*DEMO, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_help_reads_well() -> None:
+    top = subprocess.run(
+        [sys.executable, "-m", "pyspark_atlasbus.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
     )
+    assert top.returncode == 0 and "demo" in top.stdout and "dlq" in top.stdout
+    done = subprocess.run([*DEMO, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    for option in ("--url", "--duration", "--rate", "--output", "--keep"):
+    for option in ("--url", "--duration", "--rate", "--output", "--keep", "examples:"):
         assert option in done.stdout
+
+
+def test_traffic_malformed_entries_get_the_reason_they_were_made_for() -> None:
+    """Every way the generator breaks an entry is one the decoder names as expected."""
+    messages = TrafficGenerator(seed=3, malformed_share=0.3).take(3000)
+    raw = [
+        [
+            f"1-{i}".encode(),
+            [
+                part if isinstance(part, bytes) else part.encode()
+                for pair in m.fields.items()
+                for part in pair
+            ],
+        ]
+        for i, m in enumerate(messages)
+    ]
+    page = decode_envelope_page(raw, topic="t", stream="s", include_raw_fields=False)
+    assert page.reasons == [m.reason for m in messages]
+    assert {m.reason for m in messages} - {None} == set(REASONS)
+    assert Counter(m.topic for m in messages) == dict.fromkeys(TOPICS, 1000)

@@ -555,8 +555,9 @@ class Progress:
         return self._dead_letters
 
     def caught_up(self, published: int, query: Any) -> bool:
+        """All published entries committed, and the group moved there (at the next trigger)."""
         total, unread = stream_positions(self.client, committed_offsets(query))
-        return total >= published and unread == 0
+        return total >= published and unread == 0 and group_lag(self.client) in (0, None)
 
     def show(self, published: int, query: Any, *, force: bool = False) -> None:
         now = time.monotonic()
