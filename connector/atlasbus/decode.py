@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +27,8 @@ from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
 RawEntry = Sequence[Any]
 
 _EMPTY_OBJECT = b"{}"
+_ID_OF = itemgetter(0)
+_FIELDS_OF = itemgetter(1)
 
 
 # Reason codes of malformed entries: the first problem found in an entry names its reason.
@@ -90,7 +94,7 @@ def decode_envelope_page(
 ) -> DecodedPage:
     """``decode_envelopes`` plus each malformed row's reason code (one of ``REASONS``)."""
     size = len(entries)
-    field_lists = [entry[1] for entry in entries]
+    field_lists = list(map(_FIELDS_OF, entries))
     columns = _columns_by_field(field_lists)
     errors = _Errors(size)
 
@@ -146,7 +150,7 @@ def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.Re
         _repeat(stream, size),
         ids,
         _timestamps_of(ids),
-        _raw_fields([entry[1] for entry in entries], None),
+        _raw_fields(list(map(_FIELDS_OF, entries)), None),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_SCHEMA)
 
@@ -155,21 +159,26 @@ def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.Re
 
 
 def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[bytes | None]]:
-    """Values per field name. Fast when all entries share one field order (the usual case)."""
+    """Values per field name. Fast when all entries share one field order (the usual case).
+
+    The fast path transposes the page with ``zip`` and checks each name column with
+    ``count``: both run in C, so Python does no work per entry.
+    """
     first = field_lists[0]
     names = first[0::2]
-    if len(set(names)) == len(names) and all(f[0::2] == names for f in field_lists):
-        return {
-            name: [f[position] for f in field_lists]
-            for name, position in zip(names, range(1, len(first), 2), strict=True)
-        }
+    width = len(first)
+    if len(set(names)) == len(names) and set(map(len, field_lists)) == {width}:
+        transposed = list(zip(*field_lists, strict=True))
+        size = len(field_lists)
+        if all(transposed[i].count(name) == size for i, name in zip(range(0, width, 2), names)):
+            return {name: list(transposed[i + 1]) for i, name in zip(range(0, width, 2), names)}
     by_entry = [dict(zip(f[0::2], f[1::2], strict=False)) for f in field_lists]
     all_names = dict.fromkeys(chain.from_iterable(by_entry))
     return {name: [d.get(name) for d in by_entry] for name in all_names}
 
 
 def _id_array(entries: Sequence[RawEntry]) -> pa.Array:
-    return pa.array([entry[0] for entry in entries], pa.binary()).cast(pa.string())
+    return pa.array(list(map(_ID_OF, entries)), pa.binary()).cast(pa.string())
 
 
 def _timestamps_of(ids: pa.Array) -> pa.Array:
@@ -196,7 +205,7 @@ def _missing(
             for row in range(errors.size):
                 errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
         return None
-    if required:
+    if required and None in values:
         for row, value in enumerate(values):
             if value is None:
                 errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
@@ -308,6 +317,8 @@ def _parse_seconds(value: bytes | None, row: int, errors: _Errors) -> float | No
 def _check_json_objects(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> None:
     if values is None:
         return
+    if _all_json_objects(values):
+        return
     loads = orjson.loads
     for row, value in enumerate(values):
         if value is None:
@@ -321,12 +332,27 @@ def _check_json_objects(values: list[bytes | None] | None, name: bytes, errors: 
         errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
 
 
+def _all_json_objects(values: list[bytes | None]) -> bool:
+    """Whether every value is a JSON object, checked with no Python code per value.
+
+    ``map`` drives orjson from C; any None, invalid text or non-object ends the check early,
+    and the caller then finds and names the bad rows one by one.
+    """
+    try:
+        return all(map(isinstance, map(orjson.loads, values), repeat(dict)))
+    except (orjson.JSONDecodeError, TypeError):
+        return False
+
+
 def _map_column(
     values: list[bytes | None] | None, name: bytes, errors: _Errors, size: int
 ) -> pa.Array:
     """A JSON object of strings as ``map<string,string>``; non-string values as JSON text."""
     if values is None:
         return _empty_maps(size)
+    fast = _string_maps_fast(values)
+    if fast is not None:
+        return fast
     keys: list[str] = []
     items: list[object] = []
     offsets = [0]
@@ -360,6 +386,30 @@ def _map_column(
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), item_array
     )
+
+
+def _string_maps_fast(values: list[bytes | None]) -> pa.Array | None:
+    """The map column when every value is a JSON object of strings, else None.
+
+    The common page: parsing, flattening and offsets all run in C (``map``, ``chain``, numpy).
+    Anything unusual (a missing value, bad JSON, a non-object, a non-string value) returns None
+    and the per-row path takes over, naming each bad row.
+    """
+    try:
+        parsed = list(map(orjson.loads, values))
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if not all(map(isinstance, parsed, repeat(dict))):
+        return None
+    lengths = np.fromiter(map(len, parsed), np.int32, len(parsed))
+    offsets = np.zeros(len(parsed) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    try:
+        items = pa.array(list(chain.from_iterable(map(dict.values, parsed))), pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value that is not a string
+        return None
+    keys = pa.array(list(chain.from_iterable(parsed)), pa.string())
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, items)
 
 
 def _empty_maps(size: int) -> pa.Array:
