@@ -27,6 +27,9 @@ from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
 RawEntry = Sequence[Any]
 
 _EMPTY_OBJECT = b"{}"
+# orjson.loads typed for any input: a None among the values raises TypeError, which the
+# callers catch to fall back to the per-row path.
+_loads_any: Callable[[Any], Any] = orjson.loads
 _ID_OF = itemgetter(0)
 _FIELDS_OF = itemgetter(1)
 
@@ -170,8 +173,9 @@ def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[by
     if len(set(names)) == len(names) and set(map(len, field_lists)) == {width}:
         transposed = list(zip(*field_lists, strict=True))
         size = len(field_lists)
-        if all(transposed[i].count(name) == size for i, name in zip(range(0, width, 2), names)):
-            return {name: list(transposed[i + 1]) for i, name in zip(range(0, width, 2), names)}
+        name_positions = list(zip(range(0, width, 2), names, strict=True))
+        if all(transposed[i].count(name) == size for i, name in name_positions):
+            return {name: list(transposed[i + 1]) for i, name in name_positions}
     by_entry = [dict(zip(f[0::2], f[1::2], strict=False)) for f in field_lists]
     all_names = dict.fromkeys(chain.from_iterable(by_entry))
     return {name: [d.get(name) for d in by_entry] for name in all_names}
@@ -339,7 +343,7 @@ def _all_json_objects(values: list[bytes | None]) -> bool:
     and the caller then finds and names the bad rows one by one.
     """
     try:
-        return all(map(isinstance, map(orjson.loads, values), repeat(dict)))
+        return all(map(isinstance, map(_loads_any, values), repeat(dict)))
     except (orjson.JSONDecodeError, TypeError):
         return False
 
@@ -347,8 +351,8 @@ def _all_json_objects(values: list[bytes | None]) -> bool:
 def _map_column(
     values: list[bytes | None] | None, name: bytes, errors: _Errors, size: int
 ) -> pa.Array:
-    """A JSON object of strings as ``map<string,string>``; non-string values as JSON text."""
-    if values is None:
+    """A JSON object as ``map<string,string>``: non-string values as JSON text, null as null."""
+    if values is None or values.count(_EMPTY_OBJECT) == size:
         return _empty_maps(size)
     fast = _string_maps_fast(values)
     if fast is not None:
@@ -381,7 +385,8 @@ def _map_column(
         item_array = pa.array(items, pa.string())
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value that is not a string: keep its JSON
         item_array = pa.array(
-            [i if type(i) is str else orjson.dumps(i).decode() for i in items], pa.string()
+            [i if i is None or type(i) is str else orjson.dumps(i).decode() for i in items],
+            pa.string(),
         )
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), item_array
@@ -396,7 +401,7 @@ def _string_maps_fast(values: list[bytes | None]) -> pa.Array | None:
     and the per-row path takes over, naming each bad row.
     """
     try:
-        parsed = list(map(orjson.loads, values))
+        parsed = list(map(_loads_any, values))
     except (orjson.JSONDecodeError, TypeError):
         return None
     if not all(map(isinstance, parsed, repeat(dict))):
