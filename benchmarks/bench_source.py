@@ -10,6 +10,11 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
 * raw baseline: 2 processes paging the same stream with XRANGE and building Arrow batches
   with the vectorised conversion (one flat binary array, cast, take), as measured-facts.md
 * one-at-a-time baseline: XREAD COUNT 1, like the bus's own consumer (on a sample)
+* Spark alone: the same query shape and schema fed from pre-built Arrow batches of decoded
+  envelopes, no Redis at all: the most any Python source can reach here, end to end
+
+For the atlasbus query it also reports how long the query takes to start (start() to its first
+micro-batch: Spark launching the source's Python runner) and the rate inside the micro-batch.
 
 Prints a table and writes benchmarks/results/source.json.
 """
@@ -25,6 +30,8 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -140,15 +147,17 @@ def one_at_a_time(url: str, sample: int) -> float:
     return sample / (time.perf_counter() - started)
 
 
-def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> float:
-    frame = (
-        spark.readStream.format("atlasbus")
-        .option("url", url)
-        .option("streamPrefix", STREAM_PREFIX)
-        .option("topics", TOPIC)
-        .load()
-    )
+@dataclass(frozen=True)
+class QueryRun:
+    rows_per_s: float
+    start_s: float  # start() until the first micro-batch begins
+    in_batch_rows_per_s: float  # rows over the micro-batches' addBatch time
+
+
+def run_to_noop(frame: Any, rows: int, checkpoint_root: Path) -> QueryRun:
+    """Run ``frame`` to the noop sink with availableNow; end to end, from start() to the end."""
     checkpoint = checkpoint_root / uuid.uuid4().hex
+    wall_start = time.time()
     started = time.perf_counter()
     query = (
         frame.writeStream.format("noop")
@@ -158,10 +167,96 @@ def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> 
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    read = sum(p["numInputRows"] for p in query.recentProgress)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    read = sum(p["numInputRows"] for p in progress)
     if read != rows:
-        raise SystemExit(f"spark read {read} rows, expected {rows}")
-    return rows / elapsed
+        raise SystemExit(f"the query read {read} rows, expected {rows}")
+    first = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00")).timestamp()
+    in_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    return QueryRun(rows / elapsed, first - wall_start, rows / in_batch)
+
+
+def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> QueryRun:
+    frame = (
+        spark.readStream.format("atlasbus")
+        .option("url", url)
+        .option("streamPrefix", STREAM_PREFIX)
+        .option("topics", TOPIC)
+        .load()
+    )
+    return run_to_noop(frame, rows, checkpoint_root)
+
+
+def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
+    """Decode ``size`` real entries once and keep them as an Arrow IPC file for the ceiling."""
+    import pyarrow as pa
+    import redis
+
+    from atlasbus.decode import decode_envelopes
+
+    connection = redis.Redis.from_url(url).connection_pool.get_connection()
+    connection.send_command("XRANGE", STREAM, "-", "+", "COUNT", size)
+    batch = decode_envelopes(
+        connection.read_response(), topic=TOPIC, stream=STREAM, include_raw_fields=False
+    )
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+
+
+def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path) -> QueryRun:
+    """The same query with a source that only yields pre-built batches: Spark's own cost."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
+
+    tasks = 4  # as many as atlasbus plans for 1M entries (maxEntriesPerPartition 250k)
+
+    class Slice(InputPartition):  # type: ignore[misc]
+        def __init__(self, repeats: int) -> None:
+            self.repeats = repeats
+
+    class Reader(DataSourceStreamReader):  # type: ignore[misc]
+        def __init__(self, path: str, total: int) -> None:
+            self.path, self.total = path, total
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"batch": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"batch": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Slice]:
+            return [Slice(self.total // tasks)] * tasks if start != end else []
+
+        def read(self, partition: Slice) -> Any:
+            import pyarrow as pa
+
+            batch = pa.ipc.open_file(pa.memory_map(self.path)).get_batch(0)
+            for _ in range(partition.repeats // batch.num_rows):
+                yield batch
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Prebuilt(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "atlasbus_bench_prebuilt"
+
+        def schema(self) -> str:
+            return spark_ddl(ENVELOPE_SCHEMA)
+
+        def streamReader(self, schema: Any) -> Reader:
+            return Reader(self.options["path"], int(self.options["rows"]))
+
+    spark.dataSource.register(Prebuilt)
+    frame = (
+        spark.readStream.format("atlasbus_bench_prebuilt")
+        .option("path", str(batch_file))
+        .option("rows", str(rows))
+        .load()
+    )
+    return run_to_noop(frame, rows, checkpoint_root)
 
 
 def main() -> None:
@@ -174,7 +269,14 @@ def main() -> None:
     parser.add_argument(
         "--sample", type=int, default=20_000, help="entries for the XREAD COUNT 1 baseline"
     )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --url: keep the stream if it already holds exactly --rows entries",
+    )
     args = parser.parse_args()
+    if args.rows % 40_000:
+        parser.error("--rows must be a multiple of 40,000 (the ceiling's 4 tasks of 10,000 rows)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
     from atlasbus.redis_server import RedisServer
@@ -182,9 +284,14 @@ def main() -> None:
     server = None if args.url else RedisServer().start()
     url = args.url or server.url  # type: ignore[union-attr]
     try:
-        print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
-        publish_rate = publish(url, args.rows)
         import redis
+
+        if args.reuse and args.url and redis.Redis.from_url(url).xlen(STREAM) == args.rows:
+            print(f"reusing the {args.rows:,} envelopes in {STREAM}", flush=True)
+            publish_rate = float("nan")
+        else:
+            print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
+            publish_rate = publish(url, args.rows)
 
         entry_bytes = redis.Redis.from_url(url).memory_usage(STREAM) or 0
         sample_fields = envelope(0)
@@ -198,13 +305,23 @@ def main() -> None:
         warm_up = spark.read.format("atlasbus").option("url", url).option("topics", TOPIC)
         warm_up.option("streamPrefix", STREAM_PREFIX).load().limit(10).count()
 
-        results: dict[str, list[float]] = {"spark": [], "core": [], "raw": []}
+        batch_file = checkpoints / "prebuilt.arrow"
+        prebuilt_batch(url, batch_file)
+
+        results: dict[str, list[float]] = {"spark": [], "core": [], "raw": [], "ceiling": []}
+        starts: list[float] = []
+        in_batch: list[float] = []
         for attempt in range(args.repeat):
             results["raw"].append(two_processes(raw_xrange_to_arrow, url))
             results["core"].append(two_processes(core_reader, url))
-            results["spark"].append(spark_end_to_end(spark, url, args.rows, checkpoints))
+            run = spark_end_to_end(spark, url, args.rows, checkpoints)
+            results["spark"].append(run.rows_per_s)
+            starts.append(run.start_s)
+            in_batch.append(run.in_batch_rows_per_s)
+            ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints)
+            results["ceiling"].append(ceiling.rows_per_s)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
-            print(f"  run {attempt + 1}: {done}", flush=True)
+            print(f"  run {attempt + 1}: {done}; query start {run.start_s:.2f} s", flush=True)
         single = one_at_a_time(url, min(args.sample, args.rows))
         spark.stop()
     finally:
@@ -212,19 +329,24 @@ def main() -> None:
             server.stop()
 
     best = {name: max(values) for name, values in results.items()}
+    fastest = results["spark"].index(best["spark"])
     report = {
         "benchmark": "source",
         "rows": args.rows,
         "envelope_wire_bytes": wire_bytes,
         "stream_memory_bytes": entry_bytes,
-        "publish_rows_per_s": round(publish_rate),
+        "publish_rows_per_s": None if publish_rate != publish_rate else round(publish_rate),
         "spark_rows_per_s": round(best["spark"]),
+        "spark_query_start_s": round(starts[fastest], 2),
+        "spark_in_batch_rows_per_s": round(in_batch[fastest]),
+        "spark_prebuilt_ceiling_rows_per_s": round(best["ceiling"]),
         "core_2proc_rows_per_s": round(best["core"]),
         "raw_xrange_arrow_2proc_rows_per_s": round(best["raw"]),
         "xread_count1_rows_per_s": round(single),
         "spark_vs_raw": round(best["spark"] / best["raw"], 3),
         "spark_vs_xread_count1": round(best["spark"] / single, 1),
         "all_runs": {k: [round(v) for v in vs] for k, vs in results.items()},
+        "all_query_starts_s": [round(v, 2) for v in starts],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
     }
@@ -232,6 +354,8 @@ def main() -> None:
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     table = [
         ("atlasbus readStream -> noop, availableNow, local[2]", best["spark"]),
+        ("  of which inside the micro-batch (addBatch)", in_batch[fastest]),
+        ("Spark alone: same query and schema, pre-built batches", best["ceiling"]),
         ("atlasbus core reader, no Spark, 2 processes", best["core"]),
         ("baseline: raw XRANGE + vectorised Arrow, 2 processes", best["raw"]),
         ("baseline: one at a time, XREAD COUNT 1 (bus consumer)", single),
@@ -239,6 +363,7 @@ def main() -> None:
     print(f"\n{'what':<58}{'rows/s':>12}{'x raw':>9}")
     for label, rate in table:
         print(f"{label:<58}{rate:>12,.0f}{rate / best['raw']:>9.3f}")
+    print(f"query start (start() to the first micro-batch): {starts[fastest]:.2f} s")
     print(f"\nenvelope {wire_bytes} bytes on the wire; results in {RESULTS}")
 
 
