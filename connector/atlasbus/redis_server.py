@@ -43,58 +43,80 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """Start with ``start()`` (or ``with``); ``url`` is where it listens; ``stop()`` kills it."""
+    """Start with ``start()`` (or ``with``); ``url`` is where it listens; ``stop()`` ends it.
 
-    def __init__(self, *, port: int | None = None, binary: str | None = None) -> None:
+    ``own_session`` runs it in a process session of its own: the Ctrl-C a terminal sends to
+    the caller's process group then does not reach it, so ``atlasbus demo`` can stop its query
+    first, or leave the server running (``--keep``). No persistence: ``folder`` holds only the
+    log, and is removed by ``stop()``.
+    """
+
+    def __init__(
+        self, *, port: int | None = None, binary: str | None = None, own_session: bool = False
+    ) -> None:
         self.binary = binary or find_redis_server()
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.own_session = own_session
+        self.folder: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
     def start(self, timeout: float = 10.0) -> RedisServer:
-        self._dir = tempfile.TemporaryDirectory(prefix="atlasbus-redis-")
-        self._process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self._dir.name,
-                "--logfile",
-                str(Path(self._dir.name) / "redis.log"),
-            ],
+        """Start the server and wait until it answers; a failure says why, with its log."""
+        folder = self.folder = Path(tempfile.mkdtemp(prefix="atlasbus-redis-"))
+        # fmt: off
+        command = [
+            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "redis.log"),
+        ]
+        # fmt: on
+        process = self._process = subprocess.Popen(
+            command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=self.own_session,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"{self.binary} exited with code {self._process.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
+            if process.poll() is not None:
+                log = (folder / "redis.log").read_text(errors="replace")[-500:]
+                self.stop()
+                raise RuntimeError(f"{self.binary} exited with code {process.returncode}: {log}")
+            if self._answers_as(process.pid):
+                return self
+            time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout}s")
+        raise RuntimeError(f"{self.binary} did not answer on port {self.port} within {timeout:g} s")
+
+    def _answers_as(self, pid: int) -> bool:
+        """Whether this process answers on the port, not another server that already holds it."""
+        import redis
+
+        try:
+            with redis.Redis(
+                host="127.0.0.1", port=self.port, socket_timeout=1, socket_connect_timeout=0.2
+            ) as client:
+                return int(client.info("server").get("process_id", -1)) == pid
+        except redis.RedisError:
+            return False
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(timeout=10)
-        self._process = None
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
+        """Shut the server down (SIGTERM, then SIGKILL after 10 s) and remove its folder."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
     def __enter__(self) -> RedisServer:
         return self.start()

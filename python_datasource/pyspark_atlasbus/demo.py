@@ -18,10 +18,7 @@ import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -31,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from atlasbus.redis_server import RedisServer
 from atlasbus.traffic import TOPICS, TrafficGenerator
 
 STREAM_PREFIX = "atlasbus_demo"
@@ -249,10 +247,10 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so a killed demo still stops Redis
     paths = _prepare_output(Path(args.output))
     _check_java()
-    server: EmbeddedRedis | None = None
+    server: RedisServer | None = None
     url: str = args.url
     if not url:
-        server = EmbeddedRedis.start()
+        server = start_embedded_redis()
         url = server.url
         print(f"embedded redis-server {server.binary} on {url} (in {server.folder})", flush=True)
     try:
@@ -273,69 +271,18 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-@dataclass
-class EmbeddedRedis:
-    """A private redis-server in a temporary folder, in its own session.
+def start_embedded_redis(timeout: float = 10.0) -> RedisServer:
+    """A private redis-server for the demo, in a process session of its own.
 
-    Unlike the tests' ``RedisServer`` it runs in a session of its own, so the Ctrl-C a
-    terminal sends to the demo's process group does not kill it before the query has stopped,
-    and with ``--keep`` it outlives the demo. No persistence: the folder holds only its log.
+    Ctrl-C in the terminal then stops the query first and the demo stops Redis after it (or
+    leaves it running with ``--keep``).
     """
-
-    binary: str
-    url: str
-    folder: Path
-    process: subprocess.Popen[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @classmethod
-    def start(cls, timeout: float = 10.0) -> EmbeddedRedis:
-        from atlasbus.redis_server import find_redis_server, free_port
-
-        try:
-            binary = find_redis_server()
-        except FileNotFoundError as exc:
-            raise DemoError(f"{exc}. Or give a running server with --url") from None
-        port = free_port()
-        folder = Path(tempfile.mkdtemp(prefix="atlasbus-demo-redis-"))
-        # fmt: off
-        command = [
-            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "redis.log"),
-        ]
-        # fmt: on
-        process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
-        server = cls(binary, f"redis://127.0.0.1:{port}/0", folder, process)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                log = (folder / "redis.log").read_text(errors="replace")[-500:]
-                shutil.rmtree(folder, ignore_errors=True)
-                raise DemoError(f"{binary} exited with code {process.returncode}: {log}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return server
-            except OSError:
-                time.sleep(0.05)
-        server.stop()
-        raise DemoError(f"{binary} did not answer on port {port} within {timeout:g} s")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        shutil.rmtree(self.folder, ignore_errors=True)
+    try:
+        return RedisServer(own_session=True).start(timeout)
+    except FileNotFoundError as exc:
+        raise DemoError(f"{exc}. Or give a running server with --url") from None
+    except RuntimeError as exc:
+        raise DemoError(str(exc)) from None
 
 
 def _prepare_output(root: Path) -> Paths:
