@@ -59,6 +59,17 @@ def test_map_values_that_are_not_strings_keep_their_json_text() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(True, "true"), (1.5, "1.5"), (7, "7"), ([1, "a"], '[1,"a"]'), ({"x": None}, '{"x":null}')],
+)
+def test_each_kind_of_non_string_value_becomes_json_text(value: object, text: str) -> None:
+    tracing = json.dumps({"trace_id": "a", "v": value}).encode()
+    decoded = rows([entry(0, tracing=tracing), entry(1)])
+    assert dict(decoded[0]["tracing"]) == {"trace_id": "a", "v": text}
+    assert dict(decoded[1]["tracing"]) == TRACINGS[1]
+
+
 def test_good_page_reads_every_column() -> None:
     decoded = rows([entry(i) for i in range(5)])
     assert [r["priority"] for r in decoded] == [0, 1, 2, 3, 4]
