@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -208,16 +209,19 @@ def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
+    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
-    tasks = 4  # as many as atlasbus plans for 1M entries (maxEntriesPerPartition 250k)
+    # As many tasks, of the same sizes, as atlasbus plans with its default partition size.
+    tasks = math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION)
+    sizes = [rows // tasks + (1 if i < rows % tasks else 0) for i in range(tasks)]
 
     class Slice(InputPartition):  # type: ignore[misc]
-        def __init__(self, repeats: int) -> None:
-            self.repeats = repeats
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
 
     class Reader(DataSourceStreamReader):  # type: ignore[misc]
-        def __init__(self, path: str, total: int) -> None:
-            self.path, self.total = path, total
+        def __init__(self, path: str) -> None:
+            self.path = path
 
         def initialOffset(self) -> dict[str, int]:
             return {"batch": 0}
@@ -226,14 +230,17 @@ def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path
             return {"batch": 1}
 
         def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Slice]:
-            return [Slice(self.total // tasks)] * tasks if start != end else []
+            return [Slice(size) for size in sizes] if start != end else []
 
         def read(self, partition: Slice) -> Any:
             import pyarrow as pa
 
             batch = pa.ipc.open_file(pa.memory_map(self.path)).get_batch(0)
-            for _ in range(partition.repeats // batch.num_rows):
+            full, rest = divmod(partition.rows, batch.num_rows)
+            for _ in range(full):
                 yield batch
+            if rest:
+                yield batch.slice(0, rest)
 
         def commit(self, end: dict[str, int]) -> None:
             pass
@@ -247,14 +254,11 @@ def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path
             return spark_ddl(ENVELOPE_SCHEMA)
 
         def streamReader(self, schema: Any) -> Reader:
-            return Reader(self.options["path"], int(self.options["rows"]))
+            return Reader(self.options["path"])
 
     spark.dataSource.register(Prebuilt)
     frame = (
-        spark.readStream.format("atlasbus_bench_prebuilt")
-        .option("path", str(batch_file))
-        .option("rows", str(rows))
-        .load()
+        spark.readStream.format("atlasbus_bench_prebuilt").option("path", str(batch_file)).load()
     )
     return run_to_noop(frame, rows, checkpoint_root)
 
@@ -275,8 +279,6 @@ def main() -> None:
         help="with --url: keep the stream if it already holds exactly --rows entries",
     )
     args = parser.parse_args()
-    if args.rows % 40_000:
-        parser.error("--rows must be a multiple of 40,000 (the ceiling's 4 tasks of 10,000 rows)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
     from atlasbus.redis_server import RedisServer

@@ -18,6 +18,7 @@ from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
+from helpers import publish
 
 TRACINGS = [
     {"trace_id": "a"},
@@ -126,8 +127,7 @@ def test_reading_a_range_pauses_the_cycle_collector_and_restores_it(
     r: redis.Redis, redis_url: str, prefix: str
 ) -> None:
     stream = f"{prefix}:t"
-    for i in range(25):
-        r.xadd(stream, {k.decode(): v for k, v in zip(*[iter(entry(i)[1])] * 2, strict=True)})
+    publish(r, prefix, "t", 25)
     options = parse_source_options(
         {"url": redis_url, "streamPrefix": prefix, "topics": "t", "pageSize": "10"}
     )

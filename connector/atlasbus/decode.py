@@ -354,7 +354,7 @@ def _map_column(
     """A JSON object as ``map<string,string>``: non-string values as JSON text, null as null."""
     if values is None or values.count(_EMPTY_OBJECT) == size:
         return _empty_maps(size)
-    fast = _string_maps_fast(values)
+    fast = _maps_fast(values)
     if fast is not None:
         return fast
     keys: list[str] = []
@@ -381,24 +381,17 @@ def _map_column(
         else:
             errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
         add_offset(count)
-    try:
-        item_array = pa.array(items, pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value that is not a string: keep its JSON
-        item_array = pa.array(
-            [i if i is None or type(i) is str else orjson.dumps(i).decode() for i in items],
-            pa.string(),
-        )
     return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), item_array
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), _string_items(items)
     )
 
 
-def _string_maps_fast(values: list[bytes | None]) -> pa.Array | None:
-    """The map column when every value is a JSON object of strings, else None.
+def _maps_fast(values: list[bytes | None]) -> pa.Array | None:
+    """The map column when every value is a JSON object, else None.
 
     The common page: parsing, flattening and offsets all run in C (``map``, ``chain``, numpy).
-    Anything unusual (a missing value, bad JSON, a non-object, a non-string value) returns None
-    and the per-row path takes over, naming each bad row.
+    A missing value, bad JSON or a non-object returns None and the per-row path takes over,
+    naming each bad row.
     """
     try:
         parsed = list(map(_loads_any, values))
@@ -409,12 +402,20 @@ def _string_maps_fast(values: list[bytes | None]) -> pa.Array | None:
     lengths = np.fromiter(map(len, parsed), np.int32, len(parsed))
     offsets = np.zeros(len(parsed) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    try:
-        items = pa.array(list(chain.from_iterable(map(dict.values, parsed))), pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a value that is not a string
-        return None
     keys = pa.array(list(chain.from_iterable(parsed)), pa.string())
+    items = _string_items(list(chain.from_iterable(map(dict.values, parsed))))
     return pa.MapArray.from_arrays(pa.array(offsets), keys, items)
+
+
+def _string_items(items: list[object]) -> pa.Array:
+    """Map values as strings: a non-string value keeps its JSON text, JSON null stays null."""
+    try:
+        return pa.array(items, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pa.array(
+            [i if i is None or type(i) is str else orjson.dumps(i).decode() for i in items],
+            pa.string(),
+        )
 
 
 def _empty_maps(size: int) -> pa.Array:
