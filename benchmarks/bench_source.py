@@ -43,6 +43,93 @@ STREAM = f"{STREAM_PREFIX}:{TOPIC}"
 RESULTS = Path(__file__).parent / "results" / "source.json"
 
 
+# --- CPU accounting: where the two cores' time goes (Linux /proc; None elsewhere) ------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat from ``state`` on: ppid [1], utime [11], stime [12],
+    cutime [13], cstime [14] (the last two: children it has reaped)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _own_cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _reaped_cpu(fields: list[str]) -> float:
+    return (int(fields[13]) + int(fields[14])) / _TICKS
+
+
+@dataclass(frozen=True)
+class CpuSeconds:
+    python: float  # the readers; for a query also the source's driver runner and its workers
+    jvm: float
+    redis: float | None  # None when redis-server is not a process on this machine
+
+    @property
+    def total(self) -> float:
+        return self.python + self.jvm + (self.redis or 0.0)
+
+    def as_dict(self) -> dict[str, float | None]:
+        rounded = {"python": self.python, "jvm": self.jvm, "redis": self.redis}
+        return {k: None if v is None else round(v, 2) for k, v in rounded.items()}
+
+
+class RedisCpu:
+    """redis-server's CPU time, when the server runs on this machine."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        pid = int(redis.Redis.from_url(url).info("server")["process_id"])
+        try:
+            local = b"redis" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            local = False
+        self.pid = pid if local else None
+
+    def read(self) -> float | None:
+        fields = None if self.pid is None else _proc_stat(self.pid)
+        return None if fields is None else _own_cpu(fields)
+
+    def since(self, before: float | None) -> float | None:
+        now = self.read()
+        return None if now is None or before is None else now - before
+
+
+class SparkCpu:
+    """CPU time of Spark's JVM, and of every Python process it started (the streaming source's
+    driver runner, the daemon and its workers), counting those that ended and were reaped."""
+
+    def __init__(self, jvm_pid: int) -> None:
+        self.jvm_pid = jvm_pid
+
+    def read(self) -> tuple[float, float]:
+        stats = {int(p): _proc_stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+        children: dict[int, list[int]] = {}
+        for pid, fields in stats.items():
+            if fields is not None:
+                children.setdefault(int(fields[1]), []).append(pid)
+        jvm = stats.get(self.jvm_pid)
+        if jvm is None:
+            return 0.0, 0.0
+        python = _reaped_cpu(jvm)
+        pending = list(children.get(self.jvm_pid, []))
+        while pending:
+            pid = pending.pop()
+            fields = stats[pid]
+            if fields is not None:
+                python += _own_cpu(fields) + _reaped_cpu(fields)
+            pending.extend(children.get(pid, []))
+        return _own_cpu(jvm), python
+
+
 def envelope(index: int) -> dict[str, str]:
     payload = {
         "order_id": index,
@@ -89,11 +176,13 @@ def halves(url: str) -> list[tuple[str, str]]:
     return [("-", f"{middle}-18446744073709551615"), (f"({middle}-18446744073709551615", "+")]
 
 
-def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> int:
+def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
+    """Read one half with XRANGE into Arrow batches; returns (rows, CPU seconds spent)."""
     import numpy as np
     import pyarrow as pa
     import redis
 
+    cpu_before = time.process_time()
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
     start, end = bounds
     rows = 0
@@ -112,10 +201,11 @@ def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> int:
         if len(page) < 1000:
             break
         start = b"(" + page[-1][0]
-    return rows
+    return rows, time.process_time() - cpu_before
 
 
-def core_reader(url: str, bounds: tuple[str, str]) -> int:
+def core_reader(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
+    """Read one half with atlasbus's reader; returns (rows, CPU seconds spent)."""
     from atlasbus.entry_id import EntryId
     from atlasbus.planning import ReadRange
     from atlasbus.reader import read_range
@@ -124,16 +214,29 @@ def core_reader(url: str, bounds: tuple[str, str]) -> int:
     options = parse_source_options({"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC})
     low = EntryId(0, 0) if bounds[0] == "-" else EntryId.parse(bounds[0].lstrip("("))
     high = EntryId(2**63, 0) if bounds[1] == "+" else EntryId.parse(bounds[1])
-    return sum(b.num_rows for b in read_range(options, ReadRange(STREAM, TOPIC, low, high)))
+    cpu_before = time.process_time()
+    rows = sum(b.num_rows for b in read_range(options, ReadRange(STREAM, TOPIC, low, high)))
+    return rows, time.process_time() - cpu_before
 
 
-def two_processes(function: Any, url: str) -> float:
+@dataclass(frozen=True)
+class Measured:
+    rows_per_s: float
+    cpu: CpuSeconds
+
+
+def two_processes(function: Any, url: str, redis_cpu: RedisCpu) -> Measured:
     parts = halves(url)
     with ProcessPoolExecutor(2) as pool:
         pool.submit(int, 0).result()  # workers up before the clock starts
+        redis_before = redis_cpu.read()
         started = time.perf_counter()
-        rows = sum(pool.map(function, [url] * 2, parts))
-        return rows / (time.perf_counter() - started)
+        results = list(pool.map(function, [url] * 2, parts))
+        elapsed = time.perf_counter() - started
+        redis_spent = redis_cpu.since(redis_before)
+    rows = sum(r for r, _ in results)
+    cpu = CpuSeconds(python=sum(c for _, c in results), jvm=0.0, redis=redis_spent)
+    return Measured(rows / elapsed, cpu)
 
 
 def one_at_a_time(url: str, sample: int) -> float:
@@ -153,11 +256,20 @@ class QueryRun:
     rows_per_s: float
     start_s: float  # start() until the first micro-batch begins
     in_batch_rows_per_s: float  # rows over the micro-batches' addBatch time
+    cpu: CpuSeconds
 
 
-def run_to_noop(frame: Any, rows: int, checkpoint_root: Path) -> QueryRun:
+@dataclass(frozen=True)
+class Meters:
+    spark: SparkCpu
+    redis: RedisCpu
+
+
+def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meters: Meters) -> QueryRun:
     """Run ``frame`` to the noop sink with availableNow; end to end, from start() to the end."""
     checkpoint = checkpoint_root / uuid.uuid4().hex
+    jvm_before, python_before = meters.spark.read()
+    redis_before = meters.redis.read()
     wall_start = time.time()
     started = time.perf_counter()
     query = (
@@ -168,16 +280,24 @@ def run_to_noop(frame: Any, rows: int, checkpoint_root: Path) -> QueryRun:
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
+    jvm_after, python_after = meters.spark.read()
+    cpu = CpuSeconds(
+        python=python_after - python_before,
+        jvm=jvm_after - jvm_before,
+        redis=meters.redis.since(redis_before),
+    )
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     read = sum(p["numInputRows"] for p in progress)
     if read != rows:
         raise SystemExit(f"the query read {read} rows, expected {rows}")
     first = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00")).timestamp()
     in_batch = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
-    return QueryRun(rows / elapsed, first - wall_start, rows / in_batch)
+    return QueryRun(rows / elapsed, first - wall_start, rows / in_batch, cpu)
 
 
-def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> QueryRun:
+def spark_end_to_end(
+    spark: Any, url: str, rows: int, checkpoint_root: Path, meters: Meters
+) -> QueryRun:
     frame = (
         spark.readStream.format("atlasbus")
         .option("url", url)
@@ -185,7 +305,7 @@ def spark_end_to_end(spark: Any, url: str, rows: int, checkpoint_root: Path) -> 
         .option("topics", TOPIC)
         .load()
     )
-    return run_to_noop(frame, rows, checkpoint_root)
+    return run_to_noop(frame, rows, checkpoint_root, meters)
 
 
 def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
@@ -204,7 +324,9 @@ def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
         writer.write_batch(batch)
 
 
-def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path) -> QueryRun:
+def spark_ceiling(
+    spark: Any, batch_file: Path, rows: int, checkpoint_root: Path, meters: Meters
+) -> QueryRun:
     """The same query with a source that only yields pre-built batches: Spark's own cost."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -260,7 +382,7 @@ def spark_ceiling(spark: Any, batch_file: Path, rows: int, checkpoint_root: Path
     frame = (
         spark.readStream.format("atlasbus_bench_prebuilt").option("path", str(batch_file)).load()
     )
-    return run_to_noop(frame, rows, checkpoint_root)
+    return run_to_noop(frame, rows, checkpoint_root, meters)
 
 
 def main() -> None:
@@ -303,25 +425,35 @@ def main() -> None:
 
         spark = local_session("atlasbus-bench-source", driver_memory="4g")
         checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-"))
-        # Warm-up: Python workers start on the first query.
+        # Warm-up: Python workers start on the first query. It reads a bounded range to its
+        # end: a limit() would cut the workers off mid-write and make pyspark print tracebacks.
+        tenth = redis.Redis.from_url(url).xrange(STREAM, count=10)[-1][0].decode()
         warm_up = spark.read.format("atlasbus").option("url", url).option("topics", TOPIC)
-        warm_up.option("streamPrefix", STREAM_PREFIX).load().limit(10).count()
+        warm_up = warm_up.option("streamPrefix", STREAM_PREFIX)
+        warm_up.option("endingOffsets", json.dumps({TOPIC: tenth})).load().count()
 
         batch_file = checkpoints / "prebuilt.arrow"
         prebuilt_batch(url, batch_file)
 
+        jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        meters = Meters(SparkCpu(int(jvm_pid)), RedisCpu(url))
         results: dict[str, list[float]] = {"spark": [], "core": [], "raw": [], "ceiling": []}
+        cpu: dict[str, list[CpuSeconds]] = {name: [] for name in results}
         starts: list[float] = []
         in_batch: list[float] = []
         for attempt in range(args.repeat):
-            results["raw"].append(two_processes(raw_xrange_to_arrow, url))
-            results["core"].append(two_processes(core_reader, url))
-            run = spark_end_to_end(spark, url, args.rows, checkpoints)
+            for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
+                measured = two_processes(reader, url, meters.redis)
+                results[name].append(measured.rows_per_s)
+                cpu[name].append(measured.cpu)
+            run = spark_end_to_end(spark, url, args.rows, checkpoints, meters)
             results["spark"].append(run.rows_per_s)
+            cpu["spark"].append(run.cpu)
             starts.append(run.start_s)
             in_batch.append(run.in_batch_rows_per_s)
-            ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints)
+            ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meters)
             results["ceiling"].append(ceiling.rows_per_s)
+            cpu["ceiling"].append(ceiling.cpu)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
             print(f"  run {attempt + 1}: {done}; query start {run.start_s:.2f} s", flush=True)
         single = one_at_a_time(url, min(args.sample, args.rows))
@@ -331,6 +463,7 @@ def main() -> None:
             server.stop()
 
     best = {name: max(values) for name, values in results.items()}
+    best_cpu = {name: cpu[name][values.index(best[name])] for name, values in results.items()}
     paired = list(zip(results["spark"], results["raw"], strict=True))
     fastest = results["spark"].index(best["spark"])
     report = {
@@ -351,6 +484,8 @@ def main() -> None:
         "spark_vs_xread_count1": round(best["spark"] / single, 1),
         "all_runs": {k: [round(v) for v in vs] for k, vs in results.items()},
         "all_query_starts_s": [round(v, 2) for v in starts],
+        "cpu_seconds_of_best_runs": {name: c.as_dict() for name, c in best_cpu.items()},
+        "cpu_seconds_all_runs": {name: [c.as_dict() for c in cs] for name, cs in cpu.items()},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
     }
@@ -370,7 +505,29 @@ def main() -> None:
     print(f"query start (start() to the first micro-batch): {starts[fastest]:.2f} s")
     per_run = ", ".join(f"{s / r:.3f}" for s, r in paired)
     print(f"atlasbus / raw baseline within each run: {per_run}")
+    print_cpu_table(best, best_cpu, args.rows)
     print(f"\nenvelope {wire_bytes} bytes on the wire; results in {RESULTS}")
+
+
+def print_cpu_table(best: dict[str, float], cpu: dict[str, CpuSeconds], rows: int) -> None:
+    """CPU seconds per component, and the least wall time 2 cores allow for that much CPU."""
+    labels = {
+        "spark": "atlasbus query (Python: source runner + readers)",
+        "ceiling": "Spark alone, pre-built batches",
+        "core": "atlasbus core reader, 2 processes",
+        "raw": "baseline: raw XRANGE + Arrow, 2 processes",
+    }
+    cores = os.cpu_count() or 1
+    header = ["Python", "JVM", "redis", "total", "wall", "floor"]
+    print(f"\n{'CPU seconds (best runs)':<50}" + "".join(f"{h:>7}" for h in header))
+    for name, label in labels.items():
+        c = cpu[name]
+        redis_cpu = "-" if c.redis is None else f"{c.redis:.2f}"
+        wall = rows / best[name]
+        floor = c.total / cores
+        print(f"{label:<50}{c.python:>7.2f}{c.jvm:>7.2f}{redis_cpu:>7}{c.total:>7.2f}", end="")
+        print(f"{wall:>7.2f}{floor:>7.2f}")
+    print(f"floor: total CPU / {cores} cores, the least wall time that much work can take here")
 
 
 if __name__ == "__main__":
