@@ -68,17 +68,26 @@ def _reaped_cpu(fields: list[str]) -> float:
 
 @dataclass(frozen=True)
 class CpuSeconds:
-    python: float  # the readers; for a query also the source's driver runner and its workers
+    readers: float  # Python processes reading Redis (for a query: pyspark's workers)
+    runner: float  # the streaming source's driver-side Python runner (queries only)
     jvm: float
     redis: float | None  # None when redis-server is not a process on this machine
 
     @property
     def total(self) -> float:
-        return self.python + self.jvm + (self.redis or 0.0)
+        return self.readers + self.runner + self.jvm + (self.redis or 0.0)
+
+    def minus(self, before: CpuSeconds) -> CpuSeconds:
+        redis = None if self.redis is None or before.redis is None else self.redis - before.redis
+        return CpuSeconds(
+            self.readers - before.readers, self.runner - before.runner, self.jvm - before.jvm, redis
+        )
 
     def as_dict(self) -> dict[str, float | None]:
-        rounded = {"python": self.python, "jvm": self.jvm, "redis": self.redis}
-        return {k: None if v is None else round(v, 2) for k, v in rounded.items()}
+        fields = {"readers": self.readers, "runner": self.runner, "jvm": self.jvm}
+        rounded: dict[str, float | None] = {k: round(v, 2) for k, v in fields.items()}
+        rounded["redis"] = None if self.redis is None else round(self.redis, 2)
+        return rounded
 
 
 class RedisCpu:
@@ -104,13 +113,15 @@ class RedisCpu:
 
 
 class SparkCpu:
-    """CPU time of Spark's JVM, and of every Python process it started (the streaming source's
-    driver runner, the daemon and its workers), counting those that ended and were reaped."""
+    """CPU time of Spark's JVM and of the Python processes it starts: the daemon and its
+    workers (the readers), and the streaming source's driver-side runner, one per query, whose
+    time the JVM collects when it ends."""
 
-    def __init__(self, jvm_pid: int) -> None:
+    def __init__(self, jvm_pid: int, redis_cpu: RedisCpu) -> None:
         self.jvm_pid = jvm_pid
+        self.redis_cpu = redis_cpu
 
-    def read(self) -> tuple[float, float]:
+    def read(self) -> CpuSeconds:
         stats = {int(p): _proc_stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
         children: dict[int, list[int]] = {}
         for pid, fields in stats.items():
@@ -118,16 +129,29 @@ class SparkCpu:
                 children.setdefault(int(fields[1]), []).append(pid)
         jvm = stats.get(self.jvm_pid)
         if jvm is None:
-            return 0.0, 0.0
-        python = _reaped_cpu(jvm)
-        pending = list(children.get(self.jvm_pid, []))
-        while pending:
-            pid = pending.pop()
-            fields = stats[pid]
-            if fields is not None:
-                python += _own_cpu(fields) + _reaped_cpu(fields)
-            pending.extend(children.get(pid, []))
-        return _own_cpu(jvm), python
+            return CpuSeconds(0.0, 0.0, 0.0, self.redis_cpu.read())
+        readers, runner = 0.0, _reaped_cpu(jvm)
+        for child in children.get(self.jvm_pid, []):
+            spent = 0.0
+            pending = [child]
+            while pending:
+                pid = pending.pop()
+                fields = stats[pid]
+                if fields is not None:
+                    spent += _own_cpu(fields) + _reaped_cpu(fields)
+                pending.extend(children.get(pid, []))
+            if _is_daemon(child):
+                readers += spent
+            else:
+                runner += spent
+        return CpuSeconds(readers, runner, _own_cpu(jvm), self.redis_cpu.read())
+
+
+def _is_daemon(pid: int) -> bool:
+    try:
+        return b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def envelope(index: int) -> dict[str, str]:
@@ -235,7 +259,7 @@ def two_processes(function: Any, url: str, redis_cpu: RedisCpu) -> Measured:
         elapsed = time.perf_counter() - started
         redis_spent = redis_cpu.since(redis_before)
     rows = sum(r for r, _ in results)
-    cpu = CpuSeconds(python=sum(c for _, c in results), jvm=0.0, redis=redis_spent)
+    cpu = CpuSeconds(readers=sum(c for _, c in results), runner=0.0, jvm=0.0, redis=redis_spent)
     return Measured(rows / elapsed, cpu)
 
 
@@ -259,17 +283,10 @@ class QueryRun:
     cpu: CpuSeconds
 
 
-@dataclass(frozen=True)
-class Meters:
-    spark: SparkCpu
-    redis: RedisCpu
-
-
-def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meters: Meters) -> QueryRun:
+def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meter: SparkCpu) -> QueryRun:
     """Run ``frame`` to the noop sink with availableNow; end to end, from start() to the end."""
     checkpoint = checkpoint_root / uuid.uuid4().hex
-    jvm_before, python_before = meters.spark.read()
-    redis_before = meters.redis.read()
+    cpu_before = meter.read()
     wall_start = time.time()
     started = time.perf_counter()
     query = (
@@ -280,12 +297,7 @@ def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meters: Meters) ->
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    jvm_after, python_after = meters.spark.read()
-    cpu = CpuSeconds(
-        python=python_after - python_before,
-        jvm=jvm_after - jvm_before,
-        redis=meters.redis.since(redis_before),
-    )
+    cpu = meter.read().minus(cpu_before)
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     read = sum(p["numInputRows"] for p in progress)
     if read != rows:
@@ -296,7 +308,7 @@ def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meters: Meters) ->
 
 
 def spark_end_to_end(
-    spark: Any, url: str, rows: int, checkpoint_root: Path, meters: Meters
+    spark: Any, url: str, rows: int, checkpoint_root: Path, meter: SparkCpu
 ) -> QueryRun:
     frame = (
         spark.readStream.format("atlasbus")
@@ -305,7 +317,7 @@ def spark_end_to_end(
         .option("topics", TOPIC)
         .load()
     )
-    return run_to_noop(frame, rows, checkpoint_root, meters)
+    return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
 def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
@@ -325,7 +337,7 @@ def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
 
 
 def spark_ceiling(
-    spark: Any, batch_file: Path, rows: int, checkpoint_root: Path, meters: Meters
+    spark: Any, batch_file: Path, rows: int, checkpoint_root: Path, meter: SparkCpu
 ) -> QueryRun:
     """The same query with a source that only yields pre-built batches: Spark's own cost."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -382,7 +394,7 @@ def spark_ceiling(
     frame = (
         spark.readStream.format("atlasbus_bench_prebuilt").option("path", str(batch_file)).load()
     )
-    return run_to_noop(frame, rows, checkpoint_root, meters)
+    return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
 def main() -> None:
@@ -436,22 +448,23 @@ def main() -> None:
         prebuilt_batch(url, batch_file)
 
         jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-        meters = Meters(SparkCpu(int(jvm_pid)), RedisCpu(url))
+        redis_cpu = RedisCpu(url)
+        meter = SparkCpu(int(jvm_pid), redis_cpu)
         results: dict[str, list[float]] = {"spark": [], "core": [], "raw": [], "ceiling": []}
         cpu: dict[str, list[CpuSeconds]] = {name: [] for name in results}
         starts: list[float] = []
         in_batch: list[float] = []
         for attempt in range(args.repeat):
             for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
-                measured = two_processes(reader, url, meters.redis)
+                measured = two_processes(reader, url, redis_cpu)
                 results[name].append(measured.rows_per_s)
                 cpu[name].append(measured.cpu)
-            run = spark_end_to_end(spark, url, args.rows, checkpoints, meters)
+            run = spark_end_to_end(spark, url, args.rows, checkpoints, meter)
             results["spark"].append(run.rows_per_s)
             cpu["spark"].append(run.cpu)
             starts.append(run.start_s)
             in_batch.append(run.in_batch_rows_per_s)
-            ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meters)
+            ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter)
             results["ceiling"].append(ceiling.rows_per_s)
             cpu["ceiling"].append(ceiling.cpu)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
@@ -510,24 +523,25 @@ def main() -> None:
 
 
 def print_cpu_table(best: dict[str, float], cpu: dict[str, CpuSeconds], rows: int) -> None:
-    """CPU seconds per component, and the least wall time 2 cores allow for that much CPU."""
+    """CPU seconds per component, and the least wall time the machine's cores allow for them."""
     labels = {
-        "spark": "atlasbus query (Python: source runner + readers)",
+        "spark": "atlasbus readStream -> noop",
         "ceiling": "Spark alone, pre-built batches",
         "core": "atlasbus core reader, 2 processes",
         "raw": "baseline: raw XRANGE + Arrow, 2 processes",
     }
     cores = os.cpu_count() or 1
-    header = ["Python", "JVM", "redis", "total", "wall", "floor"]
-    print(f"\n{'CPU seconds (best runs)':<50}" + "".join(f"{h:>7}" for h in header))
+    header = ["readers", "runner", "JVM", "redis", "total", "wall", "floor"]
+    print(f"\n{'CPU seconds, best runs':<44}" + "".join(f"{h:>8}" for h in header))
     for name, label in labels.items():
         c = cpu[name]
         redis_cpu = "-" if c.redis is None else f"{c.redis:.2f}"
-        wall = rows / best[name]
-        floor = c.total / cores
-        print(f"{label:<50}{c.python:>7.2f}{c.jvm:>7.2f}{redis_cpu:>7}{c.total:>7.2f}", end="")
-        print(f"{wall:>7.2f}{floor:>7.2f}")
-    print(f"floor: total CPU / {cores} cores, the least wall time that much work can take here")
+        figures = [f"{c.readers:.2f}", f"{c.runner:.2f}", f"{c.jvm:.2f}", redis_cpu]
+        figures += [f"{c.total:.2f}", f"{rows / best[name]:.2f}", f"{c.total / cores:.2f}"]
+        print(f"{label:<44}" + "".join(f"{f:>8}" for f in figures))
+    print("readers: the Python processes reading Redis (in a query, pyspark's workers); runner:")
+    print("the query's driver-side Python runner; wall: seconds for the rows; floor: total CPU")
+    print(f"over {cores} cores, the least wall time that much work can take on this machine")
 
 
 if __name__ == "__main__":
