@@ -16,6 +16,11 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
 For the atlasbus query it also reports how long the query takes to start (start() to its first
 micro-batch: Spark launching the source's Python runner) and the rate inside the micro-batch.
 
+Around every measurement it reads the CPU time of each process from /proc (Linux): the Python
+readers, the query's driver-side runner, Spark's JVM and redis-server. From the baseline's CPU
+and Spark's own (runner and JVM, under the pre-built source) it prints the most any Python
+source reading Redis as the baseline does could reach on this machine's cores.
+
 Prints a table and writes benchmarks/results/source.json.
 """
 
