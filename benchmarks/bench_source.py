@@ -48,7 +48,7 @@ STREAM = f"{STREAM_PREFIX}:{TOPIC}"
 RESULTS = Path(__file__).parent / "results" / "source.json"
 
 
-# --- CPU accounting: where the two cores' time goes (Linux /proc; None elsewhere) ------------
+# --- CPU accounting: where the cores' time goes (Linux /proc; zero or None elsewhere) -------
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -127,6 +127,8 @@ class SparkCpu:
         self.redis_cpu = redis_cpu
 
     def read(self) -> CpuSeconds:
+        if not Path("/proc").is_dir():  # not Linux: no figures for Spark's processes
+            return CpuSeconds(0.0, 0.0, 0.0, None)
         stats = {int(p): _proc_stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
         children: dict[int, list[int]] = {}
         for pid, fields in stats.items():
