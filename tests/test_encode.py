@@ -117,6 +117,20 @@ def test_all_options_parsed() -> None:
         ),
         ({"exactlyOnce": "yes"}, "option 'exactlyOnce' must be 'true' or 'false', got 'yes'"),
         ({"topic": "  "}, "option 'topic' must not be empty"),
+        (
+            {"topic": "orders "},
+            "option 'topic' ends with whitespace (' '), which the source's 'topics' option "
+            "strips, so it could not be read back by name; a topic must be non-empty, contain "
+            "no comma and not start or end with whitespace (inside it, spaces, control "
+            "characters and any Unicode are fine)",
+        ),
+        (
+            {"topic": "orders,payments"},
+            "option 'topic' contains a comma, where the source's 'topics' option splits its "
+            "list, so it could not be read back by name; a topic must be non-empty, contain no "
+            "comma and not start or end with whitespace (inside it, spaces, control characters "
+            "and any Unicode are fine)",
+        ),
         ({"streamPrefix": ""}, "option 'streamPrefix' must not be empty"),
         (
             {"url": "http://x"},
@@ -345,6 +359,54 @@ def test_rejections_name_row_topic_column_and_reason() -> None:
     encoded = encode_batch(batch, options(), enqueued_time=1.0)
     assert encoded.count(0, 7) == 1
     assert [args[1] for args in parse_resp(bytes(encoded.command_bytes(0, 7)))] == [b"atlas_bus:a"]
+
+
+RULE = (
+    "a topic must be non-empty, contain no comma and not start or end with whitespace (inside "
+    "it, spaces, control characters and any Unicode are fine)"
+)
+STRIPPED = "which the source's 'topics' option strips, so it could not be read back by name"
+
+
+def test_topics_the_source_cannot_name_are_rejected_with_the_reason_and_the_rule() -> None:
+    topics = ["ok", "a,b", "x\r\n", "\tx", " x ", "   ", "x\u00a0", "in side\n\x00ok", "ok"]
+    batch = pa.record_batch({"topic": pa.array(topics), "payload": pa.array(["{}"] * 9)})
+    encoded = encode_batch(batch, options(), enqueued_time=1.0, row_base=10)
+    assert [(r.row, r.topic, r.column, r.code) for r in encoded.rejections] == [
+        (11, "a,b", "topic", "invalid-topic"),
+        (12, "x\r\n", "topic", "invalid-topic"),
+        (13, "\tx", "topic", "invalid-topic"),
+        (14, " x ", "topic", "invalid-topic"),
+        (15, "   ", "topic", "empty-topic"),
+        (16, "x\u00a0", "topic", "invalid-topic"),
+    ]
+    assert [r.message() for r in encoded.rejections] == [
+        "cannot publish row 11 (topic 'a,b'): column 'topic' contains a comma, where the "
+        f"source's 'topics' option splits its list, so it could not be read back by name; {RULE}",
+        f"cannot publish row 12 (topic 'x\\r\\n'): column 'topic' ends with whitespace "
+        f"('\\r\\n'), {STRIPPED}; {RULE}",
+        f"cannot publish row 13 (topic '\\tx'): column 'topic' starts with whitespace ('\\t'), "
+        f"{STRIPPED}; {RULE}",
+        f"cannot publish row 14 (topic ' x '): column 'topic' starts and ends with whitespace "
+        f"(' ', ' '), {STRIPPED}; {RULE}",
+        f"cannot publish row 15 (topic '   '): column 'topic' is only whitespace ('   '); {RULE}",
+        f"cannot publish row 16 (topic 'x\\xa0'): column 'topic' ends with whitespace "
+        f"('\\xa0'), {STRIPPED}; {RULE}",
+    ]
+    streams = [args[1] for args in parse_resp(bytes(encoded.command_bytes(0, 9)))]
+    assert streams == [b"atlas_bus:ok", b"atlas_bus:in side\n\x00ok", b"atlas_bus:ok"]
+
+
+def test_a_topic_option_the_source_cannot_name_rejects_every_row() -> None:
+    """parse_sink_options refuses it at start; options made another way are still checked."""
+    opts = SinkOptions(options().endpoint, "atlas_bus", "t,u", None, 1000, True)
+    batch = pa.record_batch({"payload": pa.array(["{}", "{}"])})
+    encoded = encode_batch(batch, opts, enqueued_time=1.0)
+    assert [(r.row, r.code) for r in encoded.rejections] == [
+        (0, "invalid-topic"),
+        (1, "invalid-topic"),
+    ]
+    assert encoded.count(0, 2) == 0
 
 
 def test_oversized_message_is_rejected() -> None:

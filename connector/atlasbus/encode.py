@@ -24,7 +24,7 @@ import pyarrow.types as pat
 
 from atlasbus import envelope as wire
 from atlasbus import sink_options as cols
-from atlasbus.sink_options import SinkOptions
+from atlasbus.sink_options import SinkOptions, topic_problem
 
 TEXT = pa.large_string()
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -37,6 +37,7 @@ _NAMES_BYTES = sum(len(name) for name in wire.WIRE_FIELDS)
 # Reason codes of rejected rows (the dead-letter table's ``reason`` for stage sink-publish).
 NULL_TOPIC = "null-topic"
 EMPTY_TOPIC = "empty-topic"
+INVALID_TOPIC = "invalid-topic"  # a comma or whitespace at an end: the source cannot name it
 NULL_PAYLOAD = "null-payload"
 INVALID_JSON = "invalid-json"
 NOT_JSON_OBJECT = "not-json-object"
@@ -191,9 +192,17 @@ def encode_batch(
 def _topics(
     batch: pa.RecordBatch, options: SinkOptions, rejections: _Rejections
 ) -> tuple[pa.Array | str, pa.Array | str]:
-    """The topic per row: the column, with option ``topic`` standing in for nulls."""
+    """The topic per row: the column, with option ``topic`` standing in for nulls.
+
+    A topic the source could not name in its ``topics`` option (``topic_problem``: empty, a
+    comma, whitespace at an end) is refused, so whatever is published can be read back by name.
+    """
     if cols.TOPIC_COLUMN not in batch.schema.names:
         assert options.topic is not None  # check_input_schema guarantees one or the other
+        problem = topic_problem(options.topic)  # parse_sink_options refuses these already
+        if problem is not None:
+            for row in range(batch.num_rows):
+                rejections.add(row, cols.TOPIC_COLUMN, problem, _topic_code(options.topic))
         return options.topic, options.topic
     column = batch.column(cols.TOPIC_COLUMN).cast(TEXT)
     if options.topic is not None:
@@ -205,9 +214,22 @@ def _topics(
             "is null and option 'topic' is not set",
             NULL_TOPIC,
         )
-    blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0)
-    rejections.add_mask(blank.fill_null(False), cols.TOPIC_COLUMN, "is empty", EMPTY_TOPIC)
+    # checked once per distinct topic (a batch has few), with the source's own str.strip rules
+    problems = {
+        name: problem
+        for name in pc.unique(column.drop_null()).to_pylist()
+        if (problem := topic_problem(name)) is not None
+    }
+    if problems:
+        refused = pc.is_in(column, value_set=pa.array(list(problems), TEXT)).fill_null(False)
+        for index in np.flatnonzero(refused.to_numpy(zero_copy_only=False)):
+            name = column[int(index)].as_py()
+            rejections.add(int(index), cols.TOPIC_COLUMN, problems[name], _topic_code(name))
     return column.fill_null(""), column
+
+
+def _topic_code(topic: str) -> str:
+    return EMPTY_TOPIC if not topic.strip() else INVALID_TOPIC
 
 
 def _integers(

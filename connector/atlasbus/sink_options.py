@@ -88,6 +88,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     )
     prefix = reader.required_text(STREAM_PREFIX, reader.string(STREAM_PREFIX))
     topic = reader.required_text(TOPIC, reader.string(TOPIC))
+    problem = None if topic is None else topic_problem(topic)
+    if problem is not None:
+        raise ConfigurationError(f"option 'topic' {problem}")
     parsed = SinkOptions(
         endpoint=endpoint,
         stream_prefix=prefix or DEFAULT_STREAM_PREFIX,
@@ -100,6 +103,47 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     )
     reader.reject_unknown(SINK_OPTIONS, ignored=SPARK_WRITE_OPTIONS)
     return parsed
+
+
+TOPIC_RULE = (
+    "a topic must be non-empty, contain no comma and not start or end with whitespace "
+    "(inside it, spaces, control characters and any Unicode are fine)"
+)
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why the source could not name ``topic`` in its ``topics`` option; ``None`` if it can.
+
+    What the sink publishes, the source must read back by name. Its ``topics`` (and
+    ``streams``) option is split at commas and each name stripped with ``str.strip``, so exactly
+    these topics cannot be named there: empty or only whitespace, containing a comma, or with
+    whitespace (``str.isspace``: also CR, LF, NEL, no-break and other Unicode spaces) at either
+    end. Everything else goes through Spark's options unchanged and is read back.
+    """
+    if not topic:
+        return "is empty"
+    stripped = topic.strip()
+    if not stripped:
+        return f"is only whitespace ({topic!r}); {TOPIC_RULE}"
+    if "," in topic:
+        return (
+            "contains a comma, where the source's 'topics' option splits its list, so it could "
+            f"not be read back by name; {TOPIC_RULE}"
+        )
+    if stripped != topic:
+        leading = topic[: len(topic) - len(topic.lstrip())]
+        trailing = topic[len(topic.rstrip()) :]
+        if leading and trailing:
+            where = f"starts and ends with whitespace ({leading!r}, {trailing!r})"
+        elif leading:
+            where = f"starts with whitespace ({leading!r})"
+        else:
+            where = f"ends with whitespace ({trailing!r})"
+        return (
+            f"{where}, which the source's 'topics' option strips, so it could not be read back "
+            f"by name; {TOPIC_RULE}"
+        )
+    return None
 
 
 def _dead_letter_table(reader: OptionReader) -> str | None:
