@@ -155,8 +155,14 @@ def test_the_same_dead_letters_twice_are_recorded_once(dlq: DeadLetterTable) -> 
     assert dlq.version() == version  # nothing new: no commit at all
     assert ids_of(dlq) == sorted(d.dead_letter_id for d in first)
     assert set(dlq.to_arrow().column("dead_lettered_at").to_pylist()) == {T0}  # first one kept
-    assert dlq.append([*retried, entry_letter("1-3")]) == 1
+    # another set (another writer meeting the same entries and a new one): a new append, and
+    # reads still show one row per dead letter, the first recorded
+    assert dlq.append([*retried, entry_letter("1-3")]) == 4
     assert dlq.to_arrow().num_rows == 4
+    assert dlq.to_arrow(all_rows=True).num_rows == 7
+    first_ids = {d.dead_letter_id for d in first}
+    kept = dlq.to_arrow().to_pylist()
+    assert {r["dead_lettered_at"] for r in kept if r["dead_letter_id"] in first_ids} == {T0}
 
 
 def test_repeats_within_one_append_are_recorded_once(dlq: DeadLetterTable) -> None:
@@ -210,10 +216,10 @@ def test_poison_entries_are_recorded_once_even_after_a_replayed_batch(
         return good, dlq.append(letters, app_id=app_id, version=version)
 
     context = QueryContext("q-1", "orders", 0)
-    good, added = run_batch(context, app_id="q-1/source")
+    good, added = run_batch(context, app_id=None)  # as the source does: keyed by the letters
     assert good.column("id").to_pylist() == ["1-0", "4-0"]
     assert added == 2
-    _, added_on_replay = run_batch(context, app_id="q-1/source")  # same batch after a crash
+    _, added_on_replay = run_batch(context, app_id=None)  # same batch after a crash
     _, added_new_query = run_batch(QueryContext("q-2", "orders", 0), app_id=None)  # new checkpoint
     assert (added_on_replay, added_new_query) == (0, 0)
 

@@ -191,7 +191,15 @@ class Publisher:
             start = reached
 
     def _dead_letter(self, batch: pa.RecordBatch, encoded: EncodedBatch, *, row_base: int) -> None:
-        """Record the rejected rows before anything of their batch is published."""
+        """Record the rejected rows before anything of their batch is published.
+
+        One plain Delta append per input batch with rejections, named by the task's write ID
+        and versioned by the input row position where the batch ends (the same in every
+        attempt of the task, even when a retry skips the batch's first rows because the
+        exactly-once marker counts them). Batches are recorded in input order, so the app
+        transaction's version is the end of the last batch recorded: a retry skips every batch
+        up to it and appends the rest.
+        """
         from atlasbus.dead_letters import DeadLetterTable, QueryContext
         from atlasbus.dead_letters.sink import rejected_rows
 
@@ -204,7 +212,11 @@ class Publisher:
             write_id=self.dead_letter_write_id,
             context=self.context or QueryContext(),
         )
-        DeadLetterTable(self.options.dead_letter_table).append(letters)
+        DeadLetterTable(self.options.dead_letter_table).append(
+            letters,
+            app_id=f"atlasbus/sink-publish/{self.dead_letter_write_id}",
+            version=row_base + batch.num_rows,
+        )
         self.dead_lettered += len(letters)
 
     def _send_chunk(self, encoded: EncodedBatch, start: int, stop: int) -> None:

@@ -115,7 +115,17 @@ def _decode_routing_dead_letters(
     context: QueryContext | None,
     entries: Sequence[RawEntry],
 ) -> pa.RecordBatch:
-    """Decode, record the malformed entries in the dead-letter table, return the good rows."""
+    """Decode, record the malformed entries in the dead-letter table, return the good rows.
+
+    Called once per decoded batch (about ``TARGET_BATCH_ROWS`` entries); a batch with
+    malformed entries costs one plain Delta append, committed before its good rows are
+    returned, so no row is passed on while its neighbours' dead letters are unrecorded. The
+    append's app ID is a hash of the letters' IDs (stream and entry ID): a retried task, a
+    replayed micro-batch, or a batch read of the same range decodes the same entries into
+    the same letters, finds the app transaction recorded and writes nothing. One commit per
+    bad batch rather than one per task, because holding a task's good rows back until its
+    range ends would hold the whole range in memory.
+    """
     from atlasbus.dead_letters import DeadLetterTable, QueryContext, split_decoded
 
     page = decode_envelope_page(

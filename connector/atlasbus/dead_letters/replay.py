@@ -1,18 +1,30 @@
-"""Replay: re-publish chosen dead letters to their topics, and record that in the table.
+"""Replay: re-publish chosen dead letters to their topics, exactly once, and record it.
 
 Each chosen dead letter is published as a new entry of ``{streamPrefix}:{topic}`` in the wire
 format, through the sink's own encoder and publisher (encode.py, publisher.py), with
 ``delivery_attempts`` one more than the dead letter had; ``tracing`` and ``metadata`` come from
-its ``fields`` (the raw entry, or the row's columns as the sink saw them). Then
-``DeadLetterTable.mark_replayed`` records ``replay_count``, ``last_replayed_at`` and
-``last_replay_entry_id``.
+its ``fields`` (the raw entry, or the row's columns as the sink saw them).
 
-A dead letter already replayed (``replay_count > 0``) is refused unless ``again=True``, so
-running the same replay twice does not publish twice by accident. One with nothing to publish
-(a ``data-loss`` range, no payload or no topic) or that the encoder rejects (its payload is not
-a JSON object, ...) is reported, not published. Publishing and marking are two steps: if the
-process dies between them, the entries are on the bus but the table does not say so, and a
-second replay would publish them again (the bus's handlers are idempotent by contract).
+Exactly once, also when two replays run at once. A run first **claims** the dead letters it
+means to publish, in one conditional MERGE (``DeadLetterTable.claim_for_replay``): each row
+whose ``replay_count`` is still the value the run read gets ``replay_count + 1``,
+``last_replayed_at`` and ``last_replay_entry_id = "replaying:<run token>"``. Delta's optimistic
+concurrency lets only one of two MERGEs rewriting the same row commit; the other re-runs on the
+new version, where the count no longer matches, and claims nothing. A run publishes only what
+it claimed, then records the new entry IDs in ``last_replay_entry_id``
+(``finish_replay``). The dead letters another run claimed first are reported as already
+replayed.
+
+A dead letter already replayed (``replay_count > 0``) is refused unless ``again=True``. One with
+nothing to publish (a ``data-loss`` range, no payload or no topic) or that the encoder rejects
+(its payload is not a JSON object, ...) is reported, not published.
+
+If the process dies after claiming and before recording (before, during or after publishing),
+the claimed rows keep ``last_replay_entry_id = "replaying:<token>"``: later replays refuse them
+and say so (the run may or may not have published them; look in the stream), and
+``again=True`` publishes them again. So a crash can leave a dead letter published without its
+entry ID recorded, or claimed but not published; it never makes a second run publish it
+silently.
 
 Runs wherever it is called (the ``atlasbus dlq replay`` command, a notebook); no Spark.
 """
@@ -20,6 +32,7 @@ Runs wherever it is called (the ``atlasbus dlq replay`` command, a notebook); no
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +44,9 @@ from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.encode import Rejection, encode_batch
 from atlasbus.publisher import Publisher
 from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_PREFIX, SinkOptions
+
+CLAIM_PREFIX = "replaying:"
+"""``last_replay_entry_id`` of a dead letter claimed by a replay that has not recorded its entry."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +98,11 @@ def replay_dead_letters(
     """
     if limit is not None and limit <= 0:
         raise ValueError(f"limit must be a positive integer, got {limit}")
-    rows = table.to_arrow(where).sort_by([("dead_lettered_at", "ascending")]).to_pylist()
+    rows = (
+        table.to_arrow(where)
+        .sort_by([("dead_lettered_at", "ascending"), ("dead_letter_id", "ascending")])
+        .to_pylist()
+    )
     if limit is not None:
         rows = rows[:limit]
     options = SinkOptions(
@@ -99,13 +119,7 @@ def replay_dead_letters(
     for row in rows:
         ident = row["dead_letter_id"]
         if row["replay_count"] > 0 and not again:
-            already.append(
-                Refused(
-                    ident,
-                    f"already replayed {row['replay_count']} time(s), last as entry "
-                    f"{row['last_replay_entry_id']}; pass again=True (--again) to replay it again",
-                )
-            )
+            already.append(Refused(ident, _replayed_before(row)))
         elif row["payload"] is None:
             unusable.append(Refused(ident, _no_payload(row)))
         elif not row["topic"]:
@@ -125,23 +139,74 @@ def replay_dead_letters(
             )
         )
     keep = [i for i in range(len(chosen)) if i not in rejected]
-    publishable = [chosen[i] for i in keep]
-    entry_ids: list[str | None] = [None] * len(publishable)
-    if publishable and not dry_run:
-        with Publisher(options, marker=None, collect_entry_ids=True) as publisher:
-            publisher.publish(batch.take(pa.array(keep, pa.int64())))
-        assert publisher.entry_ids is not None
-        entry_ids = list(publisher.entry_ids)
-        table.mark_replayed(
-            [row["dead_letter_id"] for row in publishable],
-            [str(entry_id) for entry_id in entry_ids],
-            at=at,
+    if dry_run or not keep:
+        replayed = tuple(
+            Replayed(
+                chosen[i]["dead_letter_id"],
+                chosen[i]["topic"],
+                options.stream_key(chosen[i]["topic"]),
+                None,
+            )
+            for i in keep
         )
+        return ReplayResult(replayed, tuple(already), tuple(unusable), dry_run)
+
+    claim = f"{CLAIM_PREFIX}{uuid.uuid4().hex}"
+    claimed = set(
+        table.claim_for_replay(
+            {chosen[i]["dead_letter_id"]: chosen[i]["replay_count"] for i in keep}, claim, at=at
+        )
+    )
+    ours = [i for i in keep if chosen[i]["dead_letter_id"] in claimed]
+    for i in keep:
+        if chosen[i]["dead_letter_id"] not in claimed:
+            already.append(
+                Refused(
+                    chosen[i]["dead_letter_id"],
+                    "another replay claimed it first (running at the same time, or it was "
+                    "replayed after this run read the table); that run publishes it",
+                )
+            )
+    entry_ids: list[str] = []
+    if ours:
+        publisher = Publisher(options, marker=None, collect_entry_ids=True)
+        try:
+            with publisher:
+                publisher.publish(batch.take(pa.array(ours, pa.int64())))
+        finally:  # record what was confirmed published, even when publishing failed midway
+            assert publisher.entry_ids is not None
+            entry_ids = [str(entry_id) for entry_id in publisher.entry_ids]
+            table.finish_replay(
+                [chosen[i]["dead_letter_id"] for i in ours[: len(entry_ids)]],
+                entry_ids,
+                claim,
+                at=at,
+            )
     replayed = tuple(
-        Replayed(row["dead_letter_id"], row["topic"], options.stream_key(row["topic"]), entry_id)
-        for row, entry_id in zip(publishable, entry_ids, strict=True)
+        Replayed(
+            chosen[i]["dead_letter_id"],
+            chosen[i]["topic"],
+            options.stream_key(chosen[i]["topic"]),
+            entry_id,
+        )
+        for i, entry_id in zip(ours, entry_ids, strict=True)
     )
     return ReplayResult(replayed, tuple(already), tuple(unusable), dry_run)
+
+
+def _replayed_before(row: dict[str, Any]) -> str:
+    last = row["last_replay_entry_id"]
+    if last is not None and str(last).startswith(CLAIM_PREFIX):
+        return (
+            f"claimed at {row['last_replayed_at']} by replay run {last[len(CLAIM_PREFIX) :]}, "
+            "which has not recorded the entry it published: it is still running, or it died "
+            "before or after publishing (look in the stream); pass again=True (--again) to "
+            "publish it anyway"
+        )
+    return (
+        f"already replayed {row['replay_count']} time(s), last as entry {last}; pass "
+        "again=True (--again) to replay it again"
+    )
 
 
 def _no_payload(row: dict[str, Any]) -> str:

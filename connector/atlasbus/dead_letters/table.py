@@ -1,10 +1,26 @@
 """The dead-letter table on Delta Lake, written and read with delta-rs (no JVM needed).
 
-Appends are idempotent twice over: a MERGE inserts only IDs the table does not hold yet (a
-retried task adds nothing), and when the caller names its write with ``app_id``/``version``
-(query and batch) the commit records a Delta app transaction, so a replayed batch is skipped
-before any work. Concurrent writers are serialised by Delta's optimistic commits: the loser
-of a race gets a commit conflict and re-runs its MERGE against the new version.
+Appending is a plain Delta append: no MERGE, no scan of the table, so its cost does not grow
+with the table (measured in docs/benchmarks.md). It is made idempotent by a Delta app
+transaction (a ``txn`` action in the same commit): every append names its write with an
+``app_id`` and a ``version``, checks ``DeltaTable.transaction_version(app_id)`` first, and
+writes nothing when that version (or a later one) is recorded. Callers that know their query
+and batch pass ``app_id``/``version`` (``f"{query_id}/processing"``, the batch ID; the sink
+passes its task's write ID and row position); without them the ``app_id`` is a hash of the
+dead letters' deterministic IDs and the version 0, so the same dead letters are never appended
+twice, with or without a query (batch reads, the driver's data-loss letters).
+
+Concurrency: two appends under different app IDs touch disjoint files and read nothing, so
+delta-rs's conflict check lets both commit (it rebases the loser on the new version itself).
+Two appends under the same app ID (a task and its speculative or zombie copy) conflict in
+delta-rs ("concurrent transaction"); the loser re-checks the app transaction and adds
+nothing. A row is thus written once per app ID. The same ``dead_letter_id`` can still reach
+the table twice under two different app IDs (two queries reading the same bad entry, or a
+checkpoint deleted and the entries read again); reads (``to_arrow``, ``to_pandas``,
+``summary``, the command line, replay) show one row per ID, the first recorded.
+
+Replay claims dead letters with a conditional MERGE before publishing them
+(``claim_for_replay``), so two replays at once publish each dead letter once: see replay.py.
 
 Runs wherever it is called (driver or executor); the object holds only the URI and storage
 options, so it pickles.
@@ -12,6 +28,7 @@ options, so it pickles.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -22,7 +39,7 @@ from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from atlasbus.dead_letters.record import DeadLetter, to_arrow
@@ -32,7 +49,10 @@ from atlasbus.errors import AtlasbusError
 log = logging.getLogger("atlasbus.dead_letters")
 
 MAX_COMMIT_ATTEMPTS: Final = 20
-"""Attempts before a write gives up on a table other writers keep changing."""
+"""Attempts before a write gives up on real conflicts (appends under different app IDs do not
+conflict; a replay's MERGE does with a concurrent commit, and re-runs)."""
+
+CONTENT_APP_ID_PREFIX: Final = "atlasbus/dead-letters/"
 
 _SAME_ID: Final = "t.dead_letter_id = s.dead_letter_id"
 
@@ -110,11 +130,13 @@ class DeadLetterTable:
         app_id: str | None = None,
         version: int | None = None,
     ) -> int:
-        """Add the dead letters the table does not hold yet; return how many were added.
+        """Append the dead letters in one commit, unless this write is already recorded.
 
-        With ``app_id`` and ``version`` (for example ``f"{query_id}/dead-letters"`` and the
-        batch ID) a write whose version is not newer than the table's recorded one is skipped,
-        and a successful write records it in the same commit.
+        The write is named by ``app_id`` and ``version`` (for example
+        ``f"{query_id}/processing"`` and the batch ID): when the table records that app ID at
+        ``version`` or later, nothing is written. Without them the app ID is a hash of the
+        letters' IDs (``content_app_id``) and the version 0. Returns the rows written (0 when
+        skipped); an empty append makes no commit.
         """
         if (app_id is None) != (version is None):
             raise ValueError("append needs app_id and version together, or neither")
@@ -123,41 +145,124 @@ class DeadLetterTable:
         data = _unique_ids(_as_table(records))
         if data.num_rows == 0:
             return 0
-        properties = CommitProperties(
-            app_transactions=[Transaction(app_id, version)]
-            if app_id is not None and version is not None
-            else None
-        )
+        if app_id is None or version is None:
+            app_id, version = content_app_id(data.column("dead_letter_id").to_pylist()), 0
+        name, at = app_id, version
+        properties = CommitProperties(app_transactions=[Transaction(name, at)])
 
         def attempt() -> int:
             table = self.create()
-            if app_id is not None and version is not None:
-                done = table.transaction_version(app_id)
-                if done is not None and done >= version:
-                    log.info("dead letters of %s version %d already written", app_id, version)
-                    return 0
-            metrics = (
-                table.merge(
-                    data,
-                    _SAME_ID,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=properties,
-                )
-                .when_not_matched_insert_all()
-                .execute()
-            )
-            return int(metrics["num_target_rows_inserted"])
+            done = table.transaction_version(name)
+            if done is not None and done >= at:
+                log.info("dead letters of %s version %d already written", name, at)
+                return 0
+            write_deltalake(table, data, mode="append", commit_properties=properties)
+            return int(data.num_rows)
 
         added = self._retry(attempt, "append")
         log.log(
             logging.INFO if added else logging.DEBUG,
-            "dead-letter table %s: %d new of %d dead letters written",
+            "dead-letter table %s: %d dead letter(s) written (%s, version %d)",
             self.uri,
             added,
-            data.num_rows,
+            name,
+            at,
         )
         return added
+
+    def claim_for_replay(
+        self, expected: Mapping[str, int], claim: str, at: datetime | None = None
+    ) -> list[str]:
+        """Claim dead letters for one replay run; return the IDs this call claimed.
+
+        ``expected`` maps each dead letter ID to the ``replay_count`` the caller read. In one
+        conditional MERGE, every row of those IDs whose ``replay_count`` is still that value
+        gets ``replay_count + 1``, ``last_replayed_at`` and ``last_replay_entry_id = claim``
+        (``claim`` is unique to the run, see replay.py). Two runs claiming the same row
+        rewrite the same file, so Delta lets only one commit; the other re-runs its MERGE on
+        the new version, where the count no longer matches. A row is therefore claimed by
+        exactly one run, whatever the timing.
+        """
+        if not expected:
+            return []
+        when = at or datetime.now(UTC)
+        timestamp = DEAD_LETTER_SCHEMA.field("last_replayed_at").type
+        source = pa.table(
+            {
+                "dead_letter_id": pa.array(list(expected), pa.string()),
+                "expected_count": pa.array(list(expected.values()), pa.int32()),
+                "claim": pa.array([claim] * len(expected), pa.string()),
+                "claimed_at": pa.array([when] * len(expected), timestamp),
+            }
+        )
+
+        def attempt() -> list[str]:
+            table = self.open()
+            (
+                table.merge(source, _SAME_ID, source_alias="s", target_alias="t")
+                .when_matched_update(
+                    {
+                        "replay_count": "t.replay_count + 1",
+                        "last_replayed_at": "s.claimed_at",
+                        "last_replay_entry_id": "s.claim",
+                    },
+                    predicate="t.replay_count = s.expected_count",
+                )
+                .execute()
+            )
+            # the table object is now at our commit (or unchanged if nothing matched): rows
+            # naming our claim are ours, since no other run can write our claim
+            return _ids_where(table, "last_replay_entry_id", claim)
+
+        return self._retry(attempt, "claim_for_replay")
+
+    def finish_replay(
+        self,
+        ids: Sequence[str],
+        entry_ids: Sequence[str],
+        claim: str,
+        at: datetime | None = None,
+    ) -> int:
+        """Record the entries a replay run published for the rows it claimed with ``claim``.
+
+        Sets ``last_replay_entry_id`` (and ``last_replayed_at``) on the rows of ``ids[i]``
+        still holding ``claim``; ``replay_count`` was already counted by the claim. A retried
+        call changes nothing more. Returns the rows updated.
+        """
+        if len(ids) != len(entry_ids):
+            raise ValueError(
+                f"finish_replay needs one entry ID per dead letter: {len(ids)} IDs, "
+                f"{len(entry_ids)} entry IDs"
+            )
+        if not ids:
+            return 0
+        when = at or datetime.now(UTC)
+        timestamp = DEAD_LETTER_SCHEMA.field("last_replayed_at").type
+        source = pa.table(
+            {
+                "dead_letter_id": pa.array(ids, pa.string()),
+                "last_replay_entry_id": pa.array(entry_ids, pa.string()),
+                "last_replayed_at": pa.array([when] * len(ids), timestamp),
+                "claim": pa.array([claim] * len(ids), pa.string()),
+            }
+        )
+
+        def attempt() -> int:
+            metrics = (
+                self.open()
+                .merge(source, _SAME_ID, source_alias="s", target_alias="t")
+                .when_matched_update(
+                    {
+                        "last_replayed_at": "s.last_replayed_at",
+                        "last_replay_entry_id": "s.last_replay_entry_id",
+                    },
+                    predicate="t.last_replay_entry_id = s.claim",
+                )
+                .execute()
+            )
+            return int(metrics["num_target_rows_updated"])
+
+        return self._retry(attempt, "finish_replay")
 
     def mark_replayed(
         self, ids: Sequence[str], entry_ids: Sequence[str], at: datetime | None = None
@@ -166,7 +271,8 @@ class DeadLetterTable:
 
         Increments ``replay_count`` and sets ``last_replayed_at`` and ``last_replay_entry_id``.
         A row that already names that entry is left alone, so a retried call counts once.
-        Returns the number of rows updated.
+        Returns the number of rows updated. (``replay_dead_letters`` claims first and uses
+        ``claim_for_replay``/``finish_replay``; this is for code that publishes by itself.)
         """
         if len(ids) != len(entry_ids):
             raise ValueError(
@@ -205,7 +311,12 @@ class DeadLetterTable:
         return self._retry(attempt, "mark_replayed")
 
     def _retry(self, attempt: Callable[[], _T], what: str) -> _T:
-        """Run ``attempt`` again on a commit conflict, with jittered backoff."""
+        """Run ``attempt`` again on a commit conflict, with jittered backoff.
+
+        An append meets one only against a concurrent commit under its own app ID (it then
+        finds the app transaction recorded and writes nothing); a MERGE (replay) meets one
+        whenever another commit landed while it ran, and re-runs on the new version.
+        """
         for number in range(1, MAX_COMMIT_ATTEMPTS + 1):
             try:
                 return attempt()
@@ -221,15 +332,29 @@ class DeadLetterTable:
 
     # --- reading -------------------------------------------------------------------------------
 
-    def to_arrow(self, filter: str | pc.Expression | None = None) -> pa.Table:
+    def to_arrow(
+        self, filter: str | pc.Expression | None = None, *, all_rows: bool = False
+    ) -> pa.Table:
         """The dead letters, optionally filtered, as Arrow of exactly ``DEAD_LETTER_SCHEMA``.
 
         ``filter`` is either a SQL condition over the columns (``"stage = 'sink-publish'"``, as
-        the command line's ``--where`` passes it) or a pyarrow compute expression.
+        the command line's ``--where`` passes it) or a pyarrow compute expression. One row per
+        ``dead_letter_id`` (the first recorded) unless ``all_rows``: the table holds an ID
+        twice only when two writers under different app IDs recorded it (module docstring).
         """
-        sql = f"SELECT {', '.join(COLUMNS)} FROM dead_letters"
-        if isinstance(filter, str):
-            sql += f" WHERE {filter}"
+        columns = ", ".join(COLUMNS)
+        if all_rows:
+            sql = f"SELECT {columns} FROM dead_letters"
+            if isinstance(filter, str):
+                sql += f" WHERE {filter}"
+        else:
+            sql = (
+                f"SELECT {columns} FROM (SELECT {columns}, row_number() OVER (PARTITION BY "
+                "dead_letter_id ORDER BY dead_lettered_at, query_id, batch_id) AS _atlasbus_n "
+                "FROM dead_letters) WHERE _atlasbus_n = 1"
+            )
+            if isinstance(filter, str):
+                sql += f" AND ({filter})"
         # DataFusion (Rust) rather than a pyarrow dataset scan: with the scan, runs that wrote
         # from several threads sometimes aborted at interpreter exit ("terminate called without
         # an active exception", cf. delta-rs#2184); none did in this form.
@@ -280,6 +405,23 @@ class DeadLetterTable:
         return int(self.open().version())
 
 
+def content_app_id(ids: Iterable[str]) -> str:
+    """The app ID of an append that names no write: a hash of its dead letters' sorted IDs."""
+    digest = hashlib.sha256("\n".join(sorted(set(ids))).encode()).hexdigest()
+    return CONTENT_APP_ID_PREFIX + digest
+
+
+def _ids_where(table: DeltaTable, column: str, value: str) -> list[str]:
+    """The distinct dead letter IDs of the rows of ``table`` (as loaded) where column = value."""
+    quoted = value.replace("'", "''")
+    sql = (
+        f"SELECT DISTINCT dead_letter_id FROM dead_letters WHERE {column} = '{quoted}' "
+        "ORDER BY dead_letter_id"
+    )
+    reader = QueryBuilder().register("dead_letters", table).execute(sql)
+    return [str(v) for v in pa.table(reader.read_all()).column("dead_letter_id").to_pylist()]
+
+
 def _as_table(records: Iterable[DeadLetter] | pa.Table) -> pa.Table:
     if isinstance(records, pa.Table):
         return _conform(records)
@@ -295,7 +437,7 @@ def _conform(data: pa.Table) -> pa.Table:
 
 
 def _unique_ids(data: pa.Table) -> pa.Table:
-    """The first row of each ``dead_letter_id``: a MERGE source must not repeat a key."""
+    """The first row of each ``dead_letter_id``: one append records an ID once."""
     ids = data.column("dead_letter_id")
     if pc.count_distinct(ids).as_py() == data.num_rows:
         return data
