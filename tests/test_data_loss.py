@@ -17,7 +17,9 @@ import redis
 from atlasbus.connection import forget_clients
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import DataLossError
-from atlasbus.planning import plan_ranges
+from atlasbus.data_loss import on_data_loss
+from atlasbus.offsets import StreamOffsets
+from atlasbus.planning import mark_batch, plan_ranges, recorded_losses
 from atlasbus.redis_server import RedisServer
 from atlasbus.source_options import parse_source_options
 from atlasbus.streams import StreamCatalog
@@ -52,12 +54,11 @@ def _plan(server: RedisServer, position: str, *, fail: bool = True) -> list[tupl
     catalog = StreamCatalog(options.endpoint)
     end = catalog.info(["atlas_bus:t"])["atlas_bus:t"]
     assert end is not None
-    ranges = plan_ranges(
-        catalog,
-        options,
-        {"atlas_bus:t": EntryId.parse(position)},
-        {"atlas_bus:t": end.last_generated},
-    )
+    start = StreamOffsets({"atlas_bus:t": EntryId.parse(position)})
+    marked = mark_batch(catalog, options, start, {"atlas_bus:t": end.last_generated})
+    for lost in recorded_losses(start, marked):
+        on_data_loss(lost, fail_on_data_loss=fail)
+    ranges = plan_ranges(options, start, marked)
     return [(str(r.after), str(r.upto)) for r in ranges]
 
 
@@ -76,7 +77,7 @@ def test_trim_past_the_checkpoint_is_data_loss(server: RedisServer) -> None:
     with pytest.raises(DataLossError) as info:
         _plan(server, ids[9])
     assert str(info.value).startswith(
-        f"stream 'atlas_bus:t': entries after {ids[9]} up to {EntryId.parse(ids[30]).predecessor()} were removed"
+        f"stream 'atlas_bus:t': entries after {ids[9]} and before {ids[30]} were removed"
     )
     assert _plan(server, ids[9], fail=False) == [(ids[9], ids[-1])]
 
@@ -101,5 +102,5 @@ def test_xdel_of_read_entries_is_not_loss_on_redis_7_and_conservative_on_6(
             _plan(server, ids[9])
     else:
         # 6.2 records no XDEL: a vanished last-read entry looks like trimming (docs/guarantees.md).
-        with pytest.raises(DataLossError, match=f"entries after {ids[9]} up to"):
+        with pytest.raises(DataLossError, match=f"entries after {ids[9]} and before {ids[10]}"):
             _plan(server, ids[9])

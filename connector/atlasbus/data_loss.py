@@ -1,78 +1,166 @@
 """Deciding whether entries vanished before the query read them, and what to do about it.
 
-One place decides, so the message is the same wherever loss is found: it names the stream,
-the missing range and the ``failOnDataLoss`` option.
+Loss is looked for at two moments:
+
+- when a batch is planned (driver, ``lost_before_planning``): entries of the batch's range that
+  are already gone. Redis 7 counts every entry ever added (``entries-added``), so with the
+  count recorded at the previous batch's end the number added since is exact, and comparing it
+  with the number present gives the number lost. Without counts (Redis 6.2, or a start the
+  query did not plan itself), only what the boundaries show is reported: the entry the query
+  last read gone with nothing before it left (a trim past it), or an XDEL inside the range;
+- when a task has read its piece (executor, ``lost_while_reading``): the piece's entry count
+  recorded at planning against the count read, so entries deleted between planning and the
+  read, or between two attempts of the task, are found and counted.
+
+One place decides what happens then (``on_data_loss``), so the message is the same wherever
+loss is found: it names the stream, the missing range, the count where known, and the
+``failOnDataLoss`` option.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import DataLossError
+from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamInfo
+
+if TYPE_CHECKING:
+    from atlasbus.dead_letters import QueryContext
 
 log = logging.getLogger("atlasbus.data_loss")
 
 
-@dataclass(frozen=True)
-class LostRange:
-    """Entries in ``(after, upto]`` of ``stream`` were removed before they were read."""
-
-    stream: str
-    after: EntryId
-    upto: EntryId
-
-    def describe(self) -> str:
-        return (
-            f"stream {self.stream!r}: entries after {self.after} up to {self.upto} were removed "
-            "(trimmed or deleted) before the query read them"
-        )
+def nothing_remains_up_to(info: StreamInfo, position: EntryId) -> bool:
+    """True when no entry at or before ``position`` is left: a trim (or XDELs) passed it."""
+    return info.first is None or info.first > position
 
 
-def find_lost_range(
-    stream: str,
-    position: EntryId,
-    batch_end: EntryId,
-    info: StreamInfo | None,
-    *,
-    position_still_present: bool,
-) -> LostRange | None:
-    """Compare the checkpointed ``position`` (an entry the query read) with the stream now.
+def needs_count(after: EntryId, info: StreamInfo) -> bool:
+    """Whether the entries of ``(after, ..]`` must be counted to tell what was XDEL'd.
 
-    Two ways entries vanish: XDEL, which Redis 7 records as the greatest deleted ID, and
-    trimming (XTRIM, XADD MAXLEN), which removes the oldest entries and is recorded nowhere,
-    but which removed our own last-read entry if it passed us.
+    Redis 7 only: an XDEL above ``after`` while older entries remain means some entries of
+    the range may be gone, and only a count tells how many.
     """
-    if info is None or position == ZERO:
+    return (
+        info.entries_added is not None
+        and info.max_deleted is not None
+        and info.max_deleted > after
+        and not nothing_remains_up_to(info, after)
+    )
+
+
+def lost_before_planning(
+    stream: str,
+    after: EntryId,
+    upto: EntryId,
+    info: StreamInfo,
+    *,
+    added: int | None,
+    present: int | None,
+) -> LostEntries | None:
+    """Entries of ``(after, upto]`` already removed when the batch is planned; driver.
+
+    ``added`` is how many entries were added to the range (Redis 7 counters), ``present`` how
+    many are in it now; both None when unknown. ``after`` is an entry the query read (or ZERO
+    for a stream new to the query, whose trimmed history is not loss).
+    """
+    if after == ZERO:
         return None
-    if info.max_deleted is not None and info.max_deleted > position:
-        return LostRange(stream, position, min(info.max_deleted, batch_end))
-    deleted_by_xdel = info.max_deleted is not None and info.max_deleted >= position
-    if position_still_present or deleted_by_xdel:
+    if added is not None and present is not None:
+        missing = added - present
+        if missing <= 0:
+            return None
+        return LostEntries(stream, after, _upper_bound(after, upto, info), missing)
+    newest_deleted = info.max_deleted
+    if newest_deleted is not None and newest_deleted > after:
+        # Redis 7: an XDEL reached past the last-read entry; an unread entry went with it if
+        # the XDEL'd ID is in the range (past the range's end Redis cannot tell: not reported).
+        if newest_deleted <= upto:
+            return LostEntries(stream, after, newest_deleted)
         return None
+    if not nothing_remains_up_to(info, after):
+        return None  # the last-read entry or an older one is still there: no trim passed it
+    if newest_deleted == after:
+        return None  # Redis 7: the last-read entry went by XDEL (the bus's consumer), no further
+    # A trim passed the last-read entry, or (Redis 6.2, which records no XDEL) the bus's
+    # consumer deleted it: conservative (docs/guarantees.md).
     if info.first is None:
-        if info.last_generated > position:
-            return LostRange(stream, position, min(info.last_generated, batch_end))
+        if info.last_generated > after:
+            return LostEntries(stream, after, min(info.last_generated, upto))
         return None
-    if info.first > position.successor():
-        return LostRange(stream, position, min(info.first.predecessor(), batch_end))
+    if info.first > after.successor():
+        return LostEntries(stream, after, min(info.first.predecessor(), upto))
+    return None
+
+
+def _upper_bound(after: EntryId, upto: EntryId, info: StreamInfo) -> EntryId:
+    """The greatest ID that can be among the missing: past it nothing was removed."""
+    bounds = []
+    if nothing_remains_up_to(info, after):
+        bounds.append(info.first.predecessor() if info.first is not None else upto)
+    if info.max_deleted is not None and info.max_deleted > after:
+        bounds.append(info.max_deleted)
+    return min(max(bounds), upto) if bounds else upto
+
+
+def lost_while_reading(
+    stream: str,
+    after: EntryId,
+    upto: EntryId,
+    *,
+    expected: int | None,
+    read: int,
+    removed_at_planning: int | None,
+    info: StreamInfo | None,
+) -> LostEntries | None:
+    """Entries of a planned piece ``(after, upto]`` that its task did not find; executor.
+
+    ``expected`` is the piece's entry count recorded at planning, when known: then the answer
+    is exact. Otherwise (a large batch cut by time on Redis 7) the stream's removal counter
+    and boundaries since planning decide, conservatively. ``info`` is the stream after the read.
+    """
+    if expected is not None:
+        missing = expected - read
+        return LostEntries(stream, after, upto, missing) if missing > 0 else None
+    if removed_at_planning is None:
+        return None  # Redis 6.2 keeps no counters: not detectable here (docs/guarantees.md)
+    if info is None:
+        return LostEntries(stream, after, upto)  # the stream was deleted under the read
+    if info.removed is None or info.removed == removed_at_planning:
+        return None  # nothing at all was removed from the stream since planning
+    if nothing_remains_up_to(info, after):
+        upper = info.first.predecessor() if info.first is not None else upto
+        return LostEntries(stream, after, min(upper, upto))
+    removals = info.removed - removed_at_planning
+    newest_deleted = info.max_deleted
+    # an XDEL beyond the piece cannot have touched it when it was the only removal since
+    if (
+        newest_deleted is not None
+        and newest_deleted > after
+        and (newest_deleted <= upto or removals > 1)
+    ):
+        return LostEntries(stream, after, min(newest_deleted, upto))
     return None
 
 
 def on_data_loss(
-    lost: LostRange,
+    lost: LostEntries,
     *,
     fail_on_data_loss: bool,
     dead_letter_table: str | None = None,
     topic: str | None = None,
+    context: QueryContext | None = None,
 ) -> None:
     """Raise (the default) or warn, naming ``failOnDataLoss`` either way.
 
     With ``failOnDataLoss=false`` and a ``deadLetterTable``, the lost range also becomes one
-    ``data-loss`` dead letter; its ID is made of the stream and the range, so finding the same
-    loss again (a replanned or replayed batch) records nothing new. Driver.
+    ``data-loss`` dead letter; its ID is made of the stream and the range, which are recorded
+    in the batch's end offset or are the bounds of a planned piece, so finding the same loss
+    again (a replanned or replayed batch, a retried task) records nothing new. Driver or
+    executor.
     """
     if fail_on_data_loss:
         raise DataLossError(
@@ -81,7 +169,7 @@ def on_data_loss(
         )
     log.warning("%s; continuing because failOnDataLoss=false", lost.describe())
     if dead_letter_table is not None:
-        from atlasbus.dead_letters import DeadLetter, DeadLetterTable
+        from atlasbus.dead_letters import DeadLetter, DeadLetterTable, QueryContext
 
         letter = DeadLetter.for_data_loss(
             stream=lost.stream,
@@ -89,5 +177,6 @@ def on_data_loss(
             upto=str(lost.upto),
             topic=topic,
             error=lost.describe(),
+            context=context or QueryContext(),
         )
         DeadLetterTable(dead_letter_table).append([letter])

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError
 from atlasbus.source_options import SourceOptions
-from atlasbus.streams import StreamCatalog, last_position
+from atlasbus.streams import StreamCatalog, StreamInfo, Walk, last_position
 
 log = logging.getLogger("atlasbus.positions")
 
@@ -71,6 +72,15 @@ def _as_read_entries(
     return resolved
 
 
+@dataclass(frozen=True)
+class BatchEnd:
+    """How far the next batch goes, and what was learnt on the way (for ``mark_batch``)."""
+
+    positions: dict[str, EntryId]
+    infos: Mapping[str, StreamInfo | None]
+    walks: Mapping[str, Walk]
+
+
 def latest_offsets(
     catalog: StreamCatalog,
     options: SourceOptions,
@@ -79,7 +89,19 @@ def latest_offsets(
     max_entries: int | None,
     target: Mapping[str, EntryId] | None = None,
 ) -> dict[str, EntryId]:
-    """The end offset of the next batch from ``start``.
+    """The end positions of the next batch from ``start`` (see ``batch_end``)."""
+    return batch_end(catalog, options, start, max_entries=max_entries, target=target).positions
+
+
+def batch_end(
+    catalog: StreamCatalog,
+    options: SourceOptions,
+    start: Mapping[str, EntryId],
+    *,
+    max_entries: int | None,
+    target: Mapping[str, EntryId] | None = None,
+) -> BatchEnd:
+    """The end of the next batch from ``start``.
 
     ``max_entries`` (admission control) caps the batch's total entries, shared fairly between
     streams with pending entries. ``target`` (Trigger.AvailableNow) caps every stream at the
@@ -96,17 +118,25 @@ def latest_offsets(
             newest = min(newest, target[stream])
         latest[stream] = max(newest, start.get(stream, ZERO))
     if max_entries is None:
-        return _without_unread_new_streams(start, latest)
-    return _admit(catalog, start, latest, max_entries)
+        return BatchEnd(_without_unread_new_streams(start, latest), infos, {})
+    walks: dict[str, Walk] = {}
+    positions = _admit(catalog, options, start, latest, max_entries, walks)
+    return BatchEnd(positions, infos, walks)
 
 
 def _admit(
     catalog: StreamCatalog,
+    options: SourceOptions,
     start: Mapping[str, EntryId],
     latest: Mapping[str, EntryId],
     max_entries: int,
+    walks: dict[str, Walk],
 ) -> dict[str, EntryId]:
-    """Advance streams by at most ``max_entries`` in all: equal shares, leftovers passed on."""
+    """Advance streams by at most ``max_entries`` in all: equal shares, leftovers passed on.
+
+    The entries walked are counted into ``walks`` (per stream), so planning knows exactly how
+    many each piece holds.
+    """
     end = {stream: start.get(stream, ZERO) for stream in latest}
     pending = [s for s in sorted(latest) if latest[s] > end[s]]
     budget = max_entries
@@ -118,7 +148,8 @@ def _admit(
             if allowance <= 0:
                 still_pending.append(stream)
                 continue
-            position, walked = catalog.advance(stream, end[stream], latest[stream], allowance)
+            walk = walks.setdefault(stream, Walk(options.max_entries_per_partition))
+            position, walked = catalog.advance(stream, end[stream], latest[stream], allowance, walk)
             budget -= walked
             if walked < allowance:
                 end[stream] = latest[stream]

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from atlasbus.connection import translate_errors
+from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import RawEntry, decode_envelope_page, decode_envelopes, decode_raw
 from atlasbus.planning import ReadRange
 from atlasbus.source_options import SourceOptions
+from atlasbus.streams import StreamCatalog
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
@@ -48,6 +50,7 @@ def read_range(
     page_size = options.page_size
     batch_rows = max(TARGET_BATCH_ROWS, page_size)
     upto = str(read.upto)
+    found = 0
     try:
         with translate_errors(options.endpoint), _cyclic_gc_paused():
             connection.send_command(  # type: ignore[no-untyped-call]
@@ -64,6 +67,7 @@ def read_range(
                     )
                     awaiting_reply = True
                 pending.extend(page)
+                found += len(page)
                 if len(pending) >= batch_rows:
                     yield decode(pending)
                     pending = []
@@ -73,6 +77,39 @@ def read_range(
         if awaiting_reply:
             connection.disconnect()  # type: ignore[no-untyped-call]
         pool.release(connection)
+    _check_nothing_vanished(options, read, found, context)
+
+
+def _check_nothing_vanished(
+    options: SourceOptions, read: ReadRange, found: int, context: QueryContext | None
+) -> None:
+    """Compare what the task found with what planning saw; report entries deleted since.
+
+    Runs after the range is read, so a retried task (or a replayed batch) whose entries were
+    XDEL'd or trimmed in between reports them instead of passing on fewer rows silently.
+    """
+    if read.expected is None and read.removed is None:
+        return
+    info = None
+    if read.expected is None:
+        info = StreamCatalog(options.endpoint).info([read.stream])[read.stream]
+    lost = lost_while_reading(
+        read.stream,
+        read.after,
+        read.upto,
+        expected=read.expected,
+        read=found,
+        removed_at_planning=read.removed,
+        info=info,
+    )
+    if lost is not None:
+        on_data_loss(
+            lost,
+            fail_on_data_loss=options.fail_on_data_loss,
+            dead_letter_table=options.dead_letter_table,
+            topic=read.topic,
+            context=context,
+        )
 
 
 @contextmanager

@@ -7,7 +7,7 @@ Replies are read raw where redis-py's per-entry parsing would only be thrown awa
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from atlasbus.connection import RedisEndpoint, translate_errors
@@ -27,8 +27,59 @@ class StreamInfo:
     last: EntryId | None
     # The ID of the newest entry ever added, even if since deleted.
     last_generated: EntryId
-    # Redis 7+: the greatest ID ever removed (XDEL/XTRIM); None on older servers.
+    # Redis 7+: the greatest ID ever removed by XDEL (7.0 leaves it on XTRIM); None on 6.x.
     max_deleted: EntryId | None
+    # Redis 7+: how many entries were ever added; None on 6.x.
+    entries_added: int | None = None
+
+    @property
+    def removed(self) -> int | None:
+        """Redis 7+: how many entries were ever removed (XDEL, XTRIM, MAXLEN); None on 6.x."""
+        if self.entries_added is None:
+            return None
+        return self.entries_added - self.length
+
+
+@dataclass
+class Walk:
+    """The entries of a range counted on the driver, cut into pieces of ``piece_size``.
+
+    ``cuts[i]`` is the ID of the last entry of piece ``i``; ``counts[i]`` how many entries it
+    holds. The piece being filled is ``pending`` entries long.
+    """
+
+    piece_size: int
+    total: int = 0
+    last: EntryId | None = None
+    cuts: list[EntryId] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    pending: int = 0
+
+    def feed(self, ids: Sequence[bytes]) -> None:
+        """Count a page of entry IDs, in order."""
+        start = 0
+        while len(ids) - start >= self.piece_size - self.pending:
+            take = self.piece_size - self.pending
+            start += take
+            self.cuts.append(EntryId.parse(ids[start - 1]))
+            self.counts.append(self.piece_size)
+            self.pending = 0
+        self.pending += len(ids) - start
+        self.total += len(ids)
+        if ids:
+            self.last = EntryId.parse(ids[-1])
+
+    def pieces(self, upto: EntryId) -> tuple[tuple[EntryId, ...], tuple[int, ...]]:
+        """Cuts strictly inside ``(.., upto)`` and the count of every piece up to ``upto``."""
+        cuts, counts = list(self.cuts), list(self.counts)
+        if self.pending or not cuts:
+            counts.append(self.pending)
+        else:  # the last piece ended exactly on the last entry: no empty piece after it
+            cuts.pop()
+        while cuts and cuts[-1] >= upto:
+            cuts.pop()
+            counts[-2:] = [counts[-2] + counts[-1]]
+        return tuple(cuts), tuple(counts)
 
 
 class StreamCatalog:
@@ -82,26 +133,40 @@ class StreamCatalog:
         return EntryId.parse(reply[0][0]) if reply else None
 
     def advance(
-        self, stream: str, after: EntryId, upto: EntryId, budget: int
+        self, stream: str, after: EntryId, upto: EntryId, budget: int | None, walk: Walk
     ) -> tuple[EntryId, int]:
-        """Walk at most ``budget`` entries after ``after`` (up to ``upto``).
+        """Walk at most ``budget`` entries (all if None) after ``after``, up to ``upto``.
 
-        Returns the last ID walked (``after`` if none) and how many. Used for admission control,
-        which must know exactly where the n-th entry is.
+        Returns the last ID walked (``after`` if none) and how many; ``walk`` counts them into
+        pieces. Used for admission control, which must know exactly where the n-th entry is,
+        and to count a range whose entries may have been deleted. Reads replies raw: only the
+        IDs are kept.
         """
         position, walked = after, 0
-        with translate_errors(self.endpoint):
-            while walked < budget:
-                count = min(budget - walked, 1000)
-                page = _command(
-                    self._redis, "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
-                )
-                if not page:
-                    break
-                position = EntryId.parse(page[-1][0])
-                walked += len(page)
-                if len(page) < count:
-                    break
+        client = self._redis
+        pool = client.connection_pool
+        connection = pool.get_connection()
+        try:
+            with translate_errors(self.endpoint):
+                while budget is None or walked < budget:
+                    count = _WALK_PAGE if budget is None else min(budget - walked, _WALK_PAGE)
+                    connection.send_command(  # type: ignore[no-untyped-call]
+                        "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
+                    )
+                    page = connection.read_response()
+                    if not page:
+                        break
+                    ids = [entry[0] for entry in page]
+                    walk.feed(ids)
+                    position = EntryId.parse(ids[-1])
+                    walked += len(ids)
+                    if len(ids) < count:
+                        break
+        except BaseException:
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            pool.release(connection)
         return position, walked
 
     def last_at_or_before(self, stream: str, position: EntryId) -> EntryId | None:
@@ -161,6 +226,9 @@ class StreamCatalog:
                     self.ensure_group(stream, group, position)
 
 
+_WALK_PAGE = 10_000
+
+
 def _command(client: Any, *args: Any) -> Any:
     """A raw command; redis-py leaves ``execute_command`` untyped."""
     return client.execute_command(*args)
@@ -179,12 +247,14 @@ def _stream_info(reply: Any) -> StreamInfo:
     first = fields.get("first-entry")
     last = fields.get("last-entry")
     max_deleted = fields.get("max-deleted-entry-id")
+    added = fields.get("entries-added")
     return StreamInfo(
         length=int(fields.get("length", 0)),
         first=EntryId.parse(first[0]) if first else None,
         last=EntryId.parse(last[0]) if last else None,
         last_generated=EntryId.parse(fields.get("last-generated-id") or b"0-0"),
         max_deleted=EntryId.parse(max_deleted) if max_deleted is not None else None,
+        entries_added=int(added) if added is not None else None,
     )
 
 

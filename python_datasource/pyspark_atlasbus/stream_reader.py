@@ -6,7 +6,7 @@ executors from a pickled copy, so it uses only what its partition carries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -18,12 +18,15 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from atlasbus.data_loss import on_data_loss
+from atlasbus.entry_id import EntryId
 from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import plan_ranges
-from atlasbus.positions import latest_offsets, starting_offsets
+from atlasbus.planning import mark_batch, plan_ranges, recorded_losses
+from atlasbus.positions import batch_end, latest_offsets, starting_offsets
 from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
-from atlasbus.streams import StreamCatalog
+from atlasbus.stream_plan import LostEntries
+from atlasbus.streams import StreamCatalog, StreamInfo
 from pyspark_atlasbus.partition import RangePartition
 
 if TYPE_CHECKING:
@@ -35,6 +38,9 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._available_now_target: StreamOffsets | None = None
         self._group_position: StreamOffsets | None = None
+        # Driver state across triggers: each stream's newest ID when last asked, to notice a
+        # stream deleted (DEL) with entries the query had not read yet.
+        self._newest_seen: dict[str, EntryId] = {}
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -61,15 +67,37 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         committed = StreamOffsets.from_dict(start, what="start offset")
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
-        self._mirror_group(committed)
-        end = latest_offsets(
-            self._catalog,
+        self._mirror_group(committed.positions())
+        catalog = self._catalog
+        end = batch_end(
+            catalog,
             self.options,
             committed,
             max_entries=max_entries,
             target=self._available_now_target,
         )
-        return StreamOffsets(end).to_dict()
+        self._report_deleted_streams(committed, end.infos)
+        marked = mark_batch(
+            catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
+        )
+        return marked.to_dict()
+
+    def _report_deleted_streams(
+        self, committed: StreamOffsets, infos: Mapping[str, StreamInfo | None]
+    ) -> None:
+        """A stream gone (DEL) since the last trigger while it held entries not yet read."""
+        for stream, info in infos.items():
+            if info is not None:
+                self._newest_seen[stream] = info.last_generated
+                continue
+            newest = self._newest_seen.pop(stream, None)
+            if stream in committed and newest is not None and newest > committed[stream]:
+                on_data_loss(
+                    LostEntries(stream, committed[stream], newest),
+                    fail_on_data_loss=self.options.fail_on_data_loss,
+                    dead_letter_table=self.options.dead_letter_table,
+                    topic=self.options.subscription.topic_of(stream),
+                )
 
     def reportLatestOffset(self) -> dict[str, str]:
         return StreamOffsets(
@@ -78,12 +106,16 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         """Plan the batch's ranges; the same offsets always give the same entries; driver."""
-        ranges = plan_ranges(
-            self._catalog,
-            self.options,
-            StreamOffsets.from_dict(start, what="start offset"),
-            StreamOffsets.from_dict(end, what="end offset"),
-        )
+        first = StreamOffsets.from_dict(start, what="start offset")
+        last = StreamOffsets.from_dict(end, what="end offset")
+        for lost in recorded_losses(first, last):
+            on_data_loss(
+                lost,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+                dead_letter_table=self.options.dead_letter_table,
+                topic=self.options.subscription.topic_of(lost.stream),
+            )
+        ranges = plan_ranges(self.options, first, last)
         return [RangePartition(self.options, r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -94,7 +126,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, str]) -> None:
         """Move the consumer group (``group`` option) to the committed offsets; driver."""
-        self._mirror_group(StreamOffsets.from_dict(end, what="committed offset"))
+        self._mirror_group(StreamOffsets.from_dict(end, what="committed offset").positions())
 
     def _mirror_group(self, committed: StreamOffsets) -> None:
         if self.options.group is None or not committed or committed == self._group_position:

@@ -1,0 +1,261 @@
+"""Planning and data loss on streams that change between planning and reading.
+
+Driver and executor steps are called as Spark calls them (``mark_batch`` when the end offset
+is chosen, its JSON as Spark checkpoints it, ``plan_ranges`` from that JSON, ``read_range`` per
+piece), with appends, XDELs, trims and DELs from another client in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from atlasbus.data_loss import on_data_loss
+from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.entry_id import ZERO, EntryId
+from atlasbus.errors import DataLossError
+from atlasbus.offsets import StreamOffsets
+from atlasbus.planning import ReadRange, mark_batch, plan_ranges, recorded_losses
+from atlasbus.positions import batch_end
+from atlasbus.reader import read_range
+from atlasbus.source_options import SourceOptions, parse_source_options
+from atlasbus.stream_plan import LostEntries
+from atlasbus.streams import StreamCatalog
+from helpers import publish
+
+
+def _redis_7(r: redis.Redis) -> bool:
+    return int(str(r.info("server")["redis_version"]).split(".")[0]) >= 7
+
+
+def _options(redis_url: str, prefix: str, **extra: str) -> SourceOptions:
+    return parse_source_options({"url": redis_url, "streamPrefix": prefix, "topics": "t", **extra})
+
+
+def _end(options: SourceOptions, start: StreamOffsets, *, cap: int | None = None) -> str:
+    """The end offset JSON as Spark checkpoints it (latestOffset's answer)."""
+    catalog = StreamCatalog(options.endpoint)
+    end = batch_end(catalog, options, start, max_entries=cap)
+    marked = mark_batch(catalog, options, start, end.positions, infos=end.infos, walks=end.walks)
+    return marked.to_json()
+
+
+def _plan(options: SourceOptions, start: StreamOffsets, end_json: str) -> list[ReadRange]:
+    """partitions(start, end) as the stream reader does it: recorded losses, then ranges."""
+    end = StreamOffsets.from_json(end_json)
+    for lost in recorded_losses(start, end):
+        on_data_loss(
+            lost,
+            fail_on_data_loss=options.fail_on_data_loss,
+            dead_letter_table=options.dead_letter_table,
+            topic="t",
+        )
+    return plan_ranges(options, start, end)
+
+
+def _read_ids(options: SourceOptions, ranges: list[ReadRange]) -> list[str]:
+    ids: list[str] = []
+    for piece in ranges:
+        for batch in read_range(options, piece):
+            ids.extend(batch.column("id").to_pylist())
+    return ids
+
+
+def _spans(ranges: list[ReadRange]) -> list[tuple[str, str, str, int | None]]:
+    return [(r.stream, str(r.after), str(r.upto), r.expected) for r in ranges]
+
+
+# --- 1. a replanned batch reads the same pieces ------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [None, 1500], ids=["all-available", "maxEntriesPerTrigger"])
+def test_replanning_after_appends_and_deletes_gives_the_same_pieces(
+    r: redis.Redis, redis_url: str, prefix: str, cap: int | None
+) -> None:
+    options = _options(redis_url, prefix, maxEntriesPerPartition="200")
+    ids = publish(r, prefix, "t", 2000)
+    start = StreamOffsets({f"{prefix}:t": EntryId.parse(ids[99])})
+    end_json = _end(options, start, cap=cap)
+    before = _plan(options, start, end_json)
+    assert len(before) >= 5
+    assert before[0].after == EntryId.parse(ids[99])
+
+    publish(r, prefix, "t", 50_000, start=2000, chunk=5000)  # a burst after planning
+    upto = before[-1].upto
+    inside = next(i for i in ids if EntryId.parse(i) > before[1].after)
+    beyond = r.xrevrange(f"{prefix}:t", count=1)[0][0]
+    r.xdel(f"{prefix}:t", inside, beyond)
+    assert EntryId.parse(beyond) > upto
+
+    again = _plan(options, start, end_json)
+    assert _spans(again) == _spans(before)
+    # and a fresh plan of the same (start, end) from the same checkpointed JSON, read back
+    assert _spans(_plan(options, start, StreamOffsets.from_json(end_json).to_json())) == _spans(
+        before
+    )
+
+
+def test_pieces_of_a_counted_batch_hold_max_entries_per_partition(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    options = _options(redis_url, prefix, maxEntriesPerPartition="300")
+    publish(r, prefix, "t", 1000)
+    start = StreamOffsets()
+    ranges = _plan(options, start, _end(options, start, cap=1000))
+    assert [r.expected for r in ranges] == [300, 300, 300, 100]
+    assert len(_read_ids(options, ranges)) == 1000
+
+
+def test_an_idle_stream_keeps_its_offset_so_spark_runs_no_batch(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    options = _options(redis_url, prefix)
+    publish(r, prefix, "t", 10)
+    first = StreamOffsets.from_json(_end(options, StreamOffsets()))
+    assert _end(options, first) == first.to_json()
+
+
+def test_old_plain_checkpoints_are_read_as_one_piece_per_stream(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    options = _options(redis_url, prefix, maxEntriesPerPartition="10")
+    ids = publish(r, prefix, "t", 100)
+    start = StreamOffsets({f"{prefix}:t": EntryId.parse(ids[9])})
+    ranges = _plan(options, start, f'{{"{prefix}:t": "{ids[-1]}"}}')
+    assert _spans(ranges) == [(f"{prefix}:t", ids[9], ids[-1], None)]
+    assert _read_ids(options, ranges) == ids[10:]
+
+
+# --- 2. what is not loss is not reported ----------------------------------------------------------
+
+
+def test_xdel_beyond_the_batch_and_of_read_entries_is_not_loss(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    options = _options(redis_url, prefix)
+    stream = f"{prefix}:t"
+    ids = publish(r, prefix, "t", 100)
+    start = StreamOffsets.from_json(_end(options, StreamOffsets()))
+    assert start[stream] == EntryId.parse(ids[99])
+    ids += publish(r, prefix, "t", 100, start=100)
+    r.xdel(stream, *ids[:100])  # the bus's consumer deletes what it handled
+    end_json = _end(options, start)
+    ids += publish(r, prefix, "t", 100, start=200)
+    r.xdel(stream, ids[250], ids[299])  # beyond this batch's end (ids[199])
+    ranges = _plan(options, start, end_json)
+    assert _read_ids(options, ranges) == ids[100:200]
+
+    # the next batch starts at a deleted entry and reports only its own two
+    nxt = StreamOffsets.from_json(end_json)
+    r.xdel(stream, *ids[100:200])
+    with pytest.raises(DataLossError) as info:
+        _plan(options, nxt, _end(options, nxt))
+    if _redis_7(r):
+        assert f"2 entries after {ids[199]} up to {ids[299]} were removed" in str(info.value)
+    else:  # 6.2 cannot tell XDEL from trimming: conservative (docs/guarantees.md)
+        assert f"entries after {ids[199]} and before {ids[200]}" in str(info.value)
+
+
+# --- 3. loss is reported, counted, once -----------------------------------------------------------
+
+
+def _removals(r: redis.Redis, stream: str, ids: list[str]) -> dict[str, Any]:
+    return {
+        "xdel": lambda: r.xdel(stream, ids[150], ids[160]),
+        "xtrim-minid": lambda: r.xtrim(stream, minid=ids[180], approximate=False),
+        "xtrim-maxlen-0": lambda: r.xtrim(stream, maxlen=0, approximate=False),
+        "del": lambda: r.delete(stream),
+    }
+
+
+@pytest.mark.parametrize("how", ["xdel", "xtrim-minid", "xtrim-maxlen-0", "del"])
+@pytest.mark.parametrize("when", ["before-the-read", "between-attempts"])
+def test_entries_removed_after_planning_are_reported_with_stream_range_and_count(
+    r: redis.Redis, redis_url: str, prefix: str, how: str, when: str
+) -> None:
+    if not _redis_7(r):
+        pytest.skip("Redis 6.2 keeps no entries-added counter: loss after planning needs Redis 7")
+    options = _options(redis_url, prefix)
+    stream = f"{prefix}:t"
+    ids = publish(r, prefix, "t", 100)
+    start = StreamOffsets.from_json(_end(options, StreamOffsets()))
+    ids += publish(r, prefix, "t", 200, start=100)
+    ranges = _plan(options, start, _end(options, start))
+    assert len(ranges) == 1
+    if when == "between-attempts":
+        assert _read_ids(options, ranges) == ids[100:]  # attempt 1, whose task then fails
+    _removals(r, stream, ids)[how]()
+    expected_missing = {"xdel": 2, "xtrim-minid": 80, "xtrim-maxlen-0": 200, "del": 200}[how]
+    with pytest.raises(DataLossError) as info:
+        _read_ids(options, ranges)
+    assert str(info.value).startswith(
+        f"stream {stream!r}: {expected_missing} entries after {ids[99]} up to {ids[-1]} were "
+        "removed (trimmed or deleted) before the query read them."
+    )
+    assert "failOnDataLoss=false" in str(info.value)
+
+
+def test_with_fail_on_data_loss_false_each_loss_is_one_dead_letter_however_often_found(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    table = str(tmp_path / "dead")
+    options = _options(redis_url, prefix, failOnDataLoss="false", deadLetterTable=table)
+    stream = f"{prefix}:t"
+    if not _redis_7(r):
+        pytest.skip("Redis 6.2 keeps no entries-added counter: loss after planning needs Redis 7")
+    ids = publish(r, prefix, "t", 100)
+    start = StreamOffsets.from_json(_end(options, StreamOffsets()))
+    ids += publish(r, prefix, "t", 200, start=100)
+    r.xtrim(stream, minid=ids[120], approximate=False)  # before planning: 20 unread entries
+    end_json = _end(options, start)
+    ranges = _plan(options, start, end_json)
+    r.xdel(stream, ids[200])  # between planning and the read
+    for _ in range(3):  # the task retried, the batch replanned and replayed
+        assert _read_ids(options, _plan(options, start, end_json)) == [
+            i for i in ids[120:] if i != ids[200]
+        ]
+    assert len(ranges) == 1
+    letters = DeadLetterTable(table).to_arrow().to_pylist()
+    assert len(letters) == 2
+    assert {(dict(row["fields"])["upto"], row["stage"], row["error"]) for row in letters} == {
+        (
+            str(EntryId.parse(ids[120]).predecessor()),
+            "data-loss",
+            f"stream {stream!r}: 20 entries "
+            f"{LostEntries(stream, EntryId.parse(ids[99]), EntryId.parse(ids[120]).predecessor()).span()}"
+            " were removed (trimmed or deleted) before the query read them",
+        ),
+        (
+            ids[-1],
+            "data-loss",
+            f"stream {stream!r}: 1 entry after {ids[99]} up to {ids[-1]} was removed "
+            "(trimmed or deleted) before the query read them",
+        ),
+    }
+
+
+def test_a_stream_new_to_the_query_reads_what_redis_holds_without_reporting_loss(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    options = _options(redis_url, prefix)
+    ids = publish(r, prefix, "t", 100)
+    r.xtrim(f"{prefix}:t", maxlen=40, approximate=False)
+    r.xdel(f"{prefix}:t", ids[70])
+    ranges = _plan(options, StreamOffsets(), _end(options, StreamOffsets()))
+    assert _read_ids(options, ranges) == [i for i in ids[60:] if i != ids[70]]
+
+
+def test_counted_pieces_cover_every_entry_once(r: redis.Redis, redis_url: str, prefix: str) -> None:
+    options = _options(redis_url, prefix, maxEntriesPerPartition="7")
+    ids = publish(r, prefix, "t", 100)
+    r.xdel(f"{prefix}:t", *ids[::9])
+    start = StreamOffsets()
+    ranges = _plan(options, start, _end(options, start, cap=1000))
+    got = _read_ids(options, ranges)
+    assert got == [i for k, i in enumerate(ids) if k % 9]
+    assert all(a.upto == b.after for a, b in itertools.pairwise(ranges))
+    assert ranges[0].after == ZERO
