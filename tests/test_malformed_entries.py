@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
 import redis
 
+from atlasbus.raw_fields import raw_entry, raw_text
 from helpers import envelope
 
 GOOD = envelope("t", 1)
@@ -64,16 +66,47 @@ MALFORMED: list[tuple[str, dict[bytes | str, bytes | str], str]] = [
     (
         "enqueued_time not a number",
         {**GOOD, "enqueued_time": "noon"},
-        "field 'enqueued_time' must be seconds since the epoch, got 'noon'",
+        "field 'enqueued_time' must be seconds since the epoch, at least -62135424000 and "
+        "below 253402128000 (0001-01-03 to 9999-12-29 UTC), got 'noon'",
+    ),
+    (
+        "enqueued_time past year 9999",
+        {**GOOD, "enqueued_time": "1e13"},
+        "field 'enqueued_time' must be seconds since the epoch, at least -62135424000 and "
+        "below 253402128000 (0001-01-03 to 9999-12-29 UTC), got '1e13'",
+    ),
+    (
+        "tracing not UTF-8",
+        {**GOOD, "tracing": b'{"a": "\xe9"}'},
+        "field 'tracing' is not valid UTF-8 (byte 7)",
+    ),
+    (
+        "latin-1 byte beside the text of an escape",
+        {**GOOD, "payload": b"\\xe9\xe9", "x\\xff": b"\\"},
+        "field 'payload' is not valid UTF-8 (byte 4)",
     ),
 ]
 
 
-def _raw_map(fields: dict[bytes | str, bytes | str]) -> dict[str, str]:
-    def text(value: bytes | str) -> str:
-        return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else value
+def raw_xrange(r: redis.Redis, stream: str) -> list[Any]:
+    """The stream's entries as the source reads them: XRANGE's reply as it is, all bytes."""
+    pool = r.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_command("XRANGE", stream, "-", "+")
+        reply: list[Any] = connection.read_response()
+        return reply
+    finally:
+        pool.release(connection)
 
-    return {text(k): text(v) for k, v in fields.items()}
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _raw_map(fields: dict[bytes | str, bytes | str]) -> dict[str, str]:
+    """The ``fields`` map of an entry: UTF-8 text as it is, but see atlasbus.raw_fields."""
+    return {raw_text(_as_bytes(k)): raw_text(_as_bytes(v)) for k, v in fields.items()}
 
 
 def test_each_malformed_kind_becomes_an_error_row_with_raw_fields(
@@ -103,6 +136,8 @@ def test_each_malformed_kind_becomes_an_error_row_with_raw_fields(
         row = by_id[ids[name]]
         assert message in row["error"], name
         assert row["fields"] == _raw_map(fields), name
+        restored = dict(raw_entry(row["fields"]))
+        assert restored == {_as_bytes(k): _as_bytes(v) for k, v in fields.items()}, name
         assert row["payload"] is None and row["priority"] is None, name
         assert (row["topic"], row["stream"]) == ("t", stream)
 
@@ -180,3 +215,50 @@ def test_core_decoder_handles_mixed_field_orders(mixed_order: bool) -> None:
     assert batch.column("priority").to_pylist() == [1, 2]
     assert batch.column("payload").to_pylist() == ['{"x": 1}', '{"x": 2}']
     assert batch.column("error").to_pylist() == [None, None]
+
+
+TIME_RANGE = "at least -62135424000 and below 253402128000 (0001-01-03 to 9999-12-29 UTC)"
+
+
+@pytest.mark.spark
+def test_enqueued_time_outside_years_1_to_9999_is_an_error_row_not_a_failed_query(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Such a value once decoded to year -290308: collect() failed and so did the JVM."""
+    stream = f"{prefix}:t"
+    bad_times = ["1e13", "-1e13", "1e300", "inf", "nan"]
+    ids = {value: r.xadd(stream, {**GOOD, "enqueued_time": value}).decode() for value in bad_times}
+    good_id = r.xadd(stream, envelope("t", 7, enqueued_time="1700000000.123456")).decode()
+    first_id = r.xadd(stream, {**GOOD, "enqueued_time": "-62135424000"}).decode()
+    frame = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "t")
+        .load()
+    )
+    rows = {row["id"]: row for row in frame.collect()}
+    assert len(rows) == len(bad_times) + 2
+    for value, entry_id in ids.items():
+        row = rows[entry_id]
+        assert row["error"] == (
+            f"field 'enqueued_time' must be seconds since the epoch, {TIME_RANGE}, got '{value}'"
+        )
+        assert row["enqueued_time"] is None and row["payload"] is None
+        assert row["fields"]["enqueued_time"] == value
+    good = rows[good_id]
+    assert good["error"] is None and good["fields"] is None
+    assert good["enqueued_time"] == datetime(2023, 11, 14, 22, 13, 20, 123456)
+    assert (good["priority"], good["delivery_attempts"]) == (7, 0)
+    assert json.loads(good["payload"])["n"] == 7
+    assert rows[first_id]["error"] is None
+    assert rows[first_id]["enqueued_time"] == datetime(1, 1, 3)
+
+    # The reason codes, as the dead-letter table records them.
+    from atlasbus.decode import decode_envelope_page
+
+    page = decode_envelope_page(
+        raw_xrange(r, stream), topic="t", stream=stream, include_raw_fields=False
+    )
+    assert page.reasons == ["invalid-timestamp"] * len(bad_times) + [None, None]
+    assert frame.where("error IS NOT NULL").count() == len(bad_times)

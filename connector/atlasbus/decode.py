@@ -4,11 +4,19 @@ This is the hot path: every entry the source reads passes through here. Work is 
 by column with Arrow kernels; Python touches each entry only to pick its values out of the
 reply and to validate the JSON of ``payload``, ``tracing`` and ``metadata`` (orjson). A
 malformed entry never raises: it becomes a row whose ``error`` says what is wrong and whose
-``fields`` hold the raw entry, so nothing is lost.
+``fields`` hold the raw entry (``atlasbus.raw_fields``), so nothing is lost.
+
+An entry decodes the same whatever its neighbours on the page: each column has a fast path for
+a page whose values are all of the common, plainly well-formed shape, and a per-row path for the
+rest, and both give every value the same result. The fast paths only take values whose result
+they are sure to agree on (a strict pattern checked by an Arrow kernel); anything else goes the
+per-row way, which implements the documented grammar (docs/wire-format.md).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
@@ -21,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
+from atlasbus.raw_fields import raw_text, raw_text_array
 from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
 
 # One XRANGE reply item: [entry_id, [field1, value1, field2, value2, ...]] as bytes.
@@ -32,6 +41,8 @@ _EMPTY_OBJECT = b"{}"
 _loads_any: Callable[[Any], Any] = orjson.loads
 _ID_OF = itemgetter(0)
 _FIELDS_OF = itemgetter(1)
+_NAMES_OF = itemgetter(slice(0, None, 2))
+_VALUES_OF = itemgetter(slice(1, None, 2))
 
 
 # Reason codes of malformed entries: the first problem found in an entry names its reason.
@@ -50,6 +61,22 @@ REASONS = (
     INVALID_JSON,
     NOT_JSON_OBJECT,
 )
+
+# The timestamps that both Spark and Python hold, in any time zone: years 1 to 9999 less two
+# days at each end, because PySpark's collect() turns a timestamp into a datetime in the
+# driver's local time zone (up to 15 hours off UTC, and CPython's fromtimestamp looks a day
+# further back), so 0001-01-01T00:00:00Z itself fails to convert even in UTC.
+# Seconds since the epoch: 0001-01-03T00:00:00Z, and 9999-12-30T00:00:00Z (excluded).
+MIN_EPOCH_SECONDS = -62_135_424_000
+END_EPOCH_SECONDS = 253_402_128_000
+_MIN_MICROS = float(MIN_EPOCH_SECONDS * 1_000_000)  # exact as floats (multiples of 32)
+_END_MICROS = float(END_EPOCH_SECONDS * 1_000_000)
+_MAX_ID_MS = END_EPOCH_SECONDS * 1000 - 1
+
+# Grammars (docs/wire-format.md). Surrounding ASCII whitespace is allowed.
+_WS = "[ \t\n\v\f\r]*"
+_INTEGER = re.compile(f"{_WS}([+-]?[0-9]+){_WS}")
+_DECIMAL = re.compile(f"{_WS}([+-]?(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?){_WS}")
 
 
 class _Errors:
@@ -70,9 +97,6 @@ class _Errors:
             self.reasons[row] = reason
         else:
             self.messages[row] = f"{existing}; {message}"
-
-    def is_bad(self, row: int) -> bool:
-        return self.messages is not None and self.messages[row] is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +126,27 @@ def decode_envelope_page(
     errors = _Errors(size)
 
     ids = _id_array(entries)
-    payload = _text_column(columns, wire.PAYLOAD, errors, required=True)
-    _check_json_objects(columns.get(wire.PAYLOAD), wire.PAYLOAD, errors)
-    priority = _int_column(columns, wire.PRIORITY, errors, required=True, default=None)
+    payload = _payload_column(columns.get(wire.PAYLOAD), errors)
+    priority = _int_column(columns.get(wire.PRIORITY), wire.PRIORITY, errors, default=None)
     attempts = _int_column(
-        columns,
+        columns.get(wire.DELIVERY_ATTEMPTS),
         wire.DELIVERY_ATTEMPTS,
         errors,
-        required=False,
         default=wire.DEFAULT_DELIVERY_ATTEMPTS,
     )
-    correlation_id = _text_column(columns, wire.CORRELATION_ID, errors, required=False)
-    tracing = _map_column(columns.get(wire.TRACING), wire.TRACING, errors, size)
-    metadata = _map_column(columns.get(wire.METADATA), wire.METADATA, errors, size)
-    enqueued = _time_column(columns.get(wire.ENQUEUED_TIME), errors, size)
+    correlation_id = _text_column(columns.get(wire.CORRELATION_ID), wire.CORRELATION_ID, errors)
+    tracing = _map_column(columns.get(wire.TRACING), wire.TRACING, errors)
+    metadata = _map_column(columns.get(wire.METADATA), wire.METADATA, errors)
+    enqueued = _time_column(columns.get(wire.ENQUEUED_TIME), errors)
 
     envelope = [priority, correlation_id, payload, tracing, metadata, attempts, enqueued]
     error_column = pa.nulls(size, pa.string())
     raw_rows: list[bool] | None = None
     if errors.messages is not None:
-        bad = pa.array([m is not None for m in errors.messages], pa.bool_())
+        raw_rows = [m is not None for m in errors.messages]
+        bad = pa.array(raw_rows, pa.bool_())
         envelope = [pc.if_else(bad, pa.scalar(None, arr.type), arr) for arr in envelope]
         error_column = pa.array(errors.messages, pa.string())
-        raw_rows = [m is not None for m in errors.messages]
     if include_raw_fields:
         fields = _raw_fields(field_lists, None)
     elif raw_rows is not None:
@@ -162,11 +184,14 @@ def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.Re
 
 
 def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[bytes | None]]:
-    """Values per field name. Fast when all entries share one field order (the usual case).
+    """Values per field name (the last one where an entry repeats a name).
 
-    The fast path transposes the page with ``zip`` and checks each name column with
-    ``count``: both run in C, so Python does no work per entry.
+    Fast when all entries share one field order (the usual case): the page is transposed
+    with ``zip`` and each name column checked with ``count``, both in C, so Python does no
+    work per entry.
     """
+    if not field_lists:
+        return {}
     first = field_lists[0]
     names = first[0::2]
     width = len(first)
@@ -186,9 +211,11 @@ def _id_array(entries: Sequence[RawEntry]) -> pa.Array:
 
 
 def _timestamps_of(ids: pa.Array) -> pa.Array:
-    """The ms part of each entry ID as a timestamp."""
-    ms = pc.cast(pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0), pa.int64())
-    return pc.multiply(ms, 1000).view(pa.int64()).cast(TIMESTAMP)
+    """The ms part of each entry ID as a timestamp; null from 9999-12-30 on (an ID can be set)."""
+    ms = pc.cast(pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0), pa.uint64())
+    if len(ms) and pc.max(ms).as_py() > _MAX_ID_MS:
+        ms = pc.if_else(pc.less_equal(ms, _MAX_ID_MS), ms, pa.scalar(None, pa.uint64()))
+    return pc.multiply(ms.cast(pa.int64()), 1000).cast(TIMESTAMP)
 
 
 def _repeat(value: str, size: int) -> pa.Array:
@@ -200,69 +227,78 @@ def _repeat(value: str, size: int) -> pa.Array:
 # --- typed columns ---------------------------------------------------------------------------
 
 
-def _missing(
-    values: list[bytes | None] | None, name: bytes, errors: _Errors, *, required: bool
-) -> list[bytes | None] | None:
-    """Report a required field that is absent (in the column or in some entries)."""
+def _report_missing(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> None:
+    """Report a required field that is absent (in the whole page or in some entries)."""
+    message = f"missing field '{name.decode()}'"
     if values is None:
-        if required:
-            for row in range(errors.size):
-                errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
-        return None
-    if required and None in values:
+        for row in range(errors.size):
+            errors.add(row, message, MISSING_FIELD)
+    elif None in values:
         for row, value in enumerate(values):
             if value is None:
-                errors.add(row, f"missing field '{name.decode()}'", MISSING_FIELD)
-    return values
+                errors.add(row, message, MISSING_FIELD)
 
 
-def _utf8(values: list[bytes | None], name: bytes, errors: _Errors) -> pa.Array:
+def _utf8(
+    values: list[bytes | None], name: bytes, errors: _Errors
+) -> tuple[pa.Array, list[bytes | None]]:
+    """The values as a string array, and as bytes with None where they are not valid UTF-8."""
     binary = pa.array(values, pa.binary())
     try:
-        return binary.cast(pa.string())
+        return binary.cast(pa.string()), values
     except pa.ArrowInvalid:
-        cleaned: list[str | None] = []
-        for row, value in enumerate(values):
-            if value is None:
-                cleaned.append(None)
-                continue
-            try:
-                cleaned.append(value.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                errors.add(
-                    row,
-                    f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})",
-                    INVALID_UTF8,
-                )
-                cleaned.append(None)
-        return pa.array(cleaned, pa.string())
+        pass
+    text: list[str | None] = []
+    valid: list[bytes | None] = []
+    for row, value in enumerate(values):
+        if value is None:
+            text.append(None)
+            valid.append(None)
+            continue
+        try:
+            text.append(value.decode("utf-8"))
+            valid.append(value)
+        except UnicodeDecodeError as exc:
+            errors.add(row, _utf8_problem(name, exc), INVALID_UTF8)
+            text.append(None)
+            valid.append(None)
+    return pa.array(text, pa.string()), valid
 
 
-def _text_column(
-    columns: dict[bytes, list[bytes | None]], name: bytes, errors: _Errors, *, required: bool
-) -> pa.Array:
-    values = _missing(columns.get(name), name, errors, required=required)
+def _utf8_problem(name: bytes, exc: UnicodeDecodeError) -> str:
+    return f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})"
+
+
+def _text_column(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> pa.Array:
+    """An optional text field: null when absent."""
     if values is None:
         return pa.nulls(errors.size, pa.string())
-    return _utf8(values, name, errors)
+    return _utf8(values, name, errors)[0]
+
+
+def _payload_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Array:
+    """``payload``: required, UTF-8, a JSON object; kept as its text."""
+    _report_missing(values, wire.PAYLOAD, errors)
+    if values is None:
+        return pa.nulls(errors.size, pa.string())
+    text, valid = _utf8(values, wire.PAYLOAD, errors)
+    _check_json_objects(valid, wire.PAYLOAD, errors)
+    return text
 
 
 def _int_column(
-    columns: dict[bytes, list[bytes | None]],
-    name: bytes,
-    errors: _Errors,
-    *,
-    required: bool,
-    default: int | None,
+    values: list[bytes | None] | None, name: bytes, errors: _Errors, *, default: int | None
 ) -> pa.Array:
-    values = _missing(columns.get(name), name, errors, required=required)
+    """A decimal integer field (32-bit); required when there is no ``default``."""
+    if default is None:
+        _report_missing(values, name, errors)
     if values is None:
         return pa.array([default] * errors.size, pa.int32())
-    try:
-        parsed = _utf8(values, name, errors).cast(pa.int32())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return pa.array(
-            [_parse_int(value, row, name, errors) for row, value in enumerate(values)],
+    text, _ = _utf8(values, name, errors)
+    parsed = _plain_integers(text)
+    if parsed is None:
+        parsed = pa.array(
+            [_parse_int(value, row, name, errors) for row, value in enumerate(text.to_pylist())],
             pa.int32(),
         )
     if default is not None and parsed.null_count:
@@ -270,57 +306,88 @@ def _int_column(
     return parsed
 
 
-def _parse_int(value: bytes | None, row: int, name: bytes, errors: _Errors) -> int | None:
-    if value is None or errors.is_bad(row):
+def _plain_integers(text: pa.Array) -> pa.Array | None:
+    """The column as int32 when every value is plain ASCII digits within range, else None.
+
+    Arrow's cast alone would also take ``0x10`` (hex) or ``-5``; only unsigned digit strings
+    are handed to it, on which it agrees with ``_parse_int`` exactly.
+    """
+    if pc.all(pc.ascii_is_decimal(text)).as_py() is False:
         return None
-    text = value.decode("utf-8", "replace").strip()
-    digits = text[1:] if text[:1] in "+-" else text
-    if digits.isdigit() and digits.isascii() and -(2**31) <= int(text) < 2**31:
-        return int(text)
-    errors.add(
-        row,
-        f"field '{name.decode()}' must be a decimal integer, got {_show(value)}",
-        INVALID_INTEGER,
-    )
+    try:
+        return text.cast(pa.int32())
+    except pa.ArrowInvalid:  # out of range
+        return None
+
+
+def _parse_int(text: str | None, row: int, name: bytes, errors: _Errors) -> int | None:
+    if text is None:
+        return None
+    match = _INTEGER.fullmatch(text)
+    if match is None:
+        problem = "must be a decimal integer"
+    elif -(2**31) <= (value := int(match.group(1))) < 2**31:
+        return value
+    else:
+        problem = "must be a decimal integer from -2147483648 to 2147483647"
+    errors.add(row, f"field '{name.decode()}' {problem}, got {_show_text(text)}", INVALID_INTEGER)
     return None
 
 
-def _time_column(values: list[bytes | None] | None, errors: _Errors, size: int) -> pa.Array:
-    """``enqueued_time``, seconds since the epoch as a decimal float."""
+def _time_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Array:
+    """``enqueued_time``, seconds since the epoch as a decimal float; null when absent.
+
+    The range check runs on the whole column at once: a value both Spark's timestamp and
+    Python's datetime can hold (years 1 to 9999), checked in floating point before the cast
+    to integer microseconds, so nothing can overflow.
+    """
     if values is None:
-        return pa.nulls(size, TIMESTAMP)
+        return pa.nulls(errors.size, TIMESTAMP)
+    text, valid = _utf8(values, wire.ENQUEUED_TIME, errors)
     try:
-        seconds = _utf8(values, wire.ENQUEUED_TIME, errors).cast(pa.float64())
-        if pc.all(pc.is_finite(seconds)).as_py() is False:
-            raise pa.ArrowInvalid("non-finite")
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # Arrow's parser takes exactly the decimal grammar of ``_DECIMAL`` without the
+        # surrounding whitespace, plus spellings of infinity and NaN, which the range check
+        # below turns into the same error ``_parse_seconds`` gives them.
+        seconds = text.cast(pa.float64())
+    except pa.ArrowInvalid:
         seconds = pa.array(
-            [_parse_seconds(value, row, errors) for row, value in enumerate(values)], pa.float64()
+            [_parse_seconds(value, row, errors) for row, value in enumerate(text.to_pylist())],
+            pa.float64(),
         )
-    micros = pc.cast(pc.multiply(seconds, 1_000_000.0), pa.int64(), safe=False)
-    return micros.view(TIMESTAMP) if len(micros) else pa.array([], TIMESTAMP)
+    micros = pc.multiply(seconds, 1_000_000.0)
+    in_range = pc.and_(pc.greater_equal(micros, _MIN_MICROS), pc.less(micros, _END_MICROS))
+    if pc.all(in_range).as_py() is False:  # NaN compares false; null: no number to check
+        out_of_range = pc.invert(in_range).fill_null(False)
+        for row in pc.indices_nonzero(out_of_range).to_pylist():
+            value = valid[row]
+            assert value is not None
+            _add_time_problem(row, value.decode("utf-8"), errors)
+        micros = pc.if_else(in_range, micros, pa.scalar(None, pa.float64()))
+    integral = pc.cast(micros, pa.int64(), safe=False)
+    return integral.view(TIMESTAMP) if len(integral) else pa.array([], TIMESTAMP)
 
 
-def _parse_seconds(value: bytes | None, row: int, errors: _Errors) -> float | None:
-    if value is None or errors.is_bad(row):
+def _parse_seconds(text: str | None, row: int, errors: _Errors) -> float | None:
+    if text is None:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        errors.add(
-            row,
-            f"field 'enqueued_time' must be seconds since the epoch, got {_show(value)}",
-            INVALID_TIMESTAMP,
-        )
-        return None
-    return seconds
+    match = _DECIMAL.fullmatch(text)
+    if match is not None:
+        return float(match.group(1))
+    _add_time_problem(row, text, errors)
+    return None
 
 
-def _check_json_objects(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> None:
-    if values is None:
-        return
+def _add_time_problem(row: int, text: str, errors: _Errors) -> None:
+    errors.add(
+        row,
+        f"field 'enqueued_time' must be seconds since the epoch, at least {MIN_EPOCH_SECONDS} "
+        f"and below {END_EPOCH_SECONDS} (0001-01-03 to 9999-12-29 UTC), got {_show_text(text)}",
+        INVALID_TIMESTAMP,
+    )
+
+
+def _check_json_objects(values: list[bytes | None], name: bytes, errors: _Errors) -> None:
+    """Report each value that is not a JSON object (None: absent or already reported)."""
     if _all_json_objects(values):
         return
     loads = orjson.loads
@@ -348,74 +415,120 @@ def _all_json_objects(values: list[bytes | None]) -> bool:
         return False
 
 
-def _map_column(
-    values: list[bytes | None] | None, name: bytes, errors: _Errors, size: int
-) -> pa.Array:
-    """A JSON object as ``map<string,string>``: non-string values as JSON text, null as null."""
+def _map_column(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> pa.Array:
+    """A JSON object as ``map<string,string>``; absent: an empty map.
+
+    String values as they are, JSON null as a null value, any other value as its compact JSON
+    text with numbers exactly as written.
+    """
+    size = errors.size
     if values is None or values.count(_EMPTY_OBJECT) == size:
         return _empty_maps(size)
-    fast = _maps_fast(values)
-    if fast is not None:
-        return fast
-    keys: list[str] = []
-    items: list[object] = []
-    offsets = [0]
-    count = 0
-    loads, add_offset = orjson.loads, offsets.append
-    add_keys, add_items = keys.extend, items.extend
-    for row, value in enumerate(values):
-        if value is None or value == _EMPTY_OBJECT:
-            add_offset(count)
-            continue
-        try:
-            parsed = loads(value)
-        except orjson.JSONDecodeError:
-            parsed = None
-            problem, reason = "is not valid JSON", INVALID_JSON
-        else:
-            problem, reason = "is not a JSON object", NOT_JSON_OBJECT
-        if type(parsed) is dict:
-            add_keys(parsed)
-            add_items(parsed.values())
-            count += len(parsed)
-        else:
-            errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
-        add_offset(count)
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), _string_items(items)
-    )
-
-
-def _maps_fast(values: list[bytes | None]) -> pa.Array | None:
-    """The map column when every value is a JSON object, else None.
-
-    The common page: parsing, flattening and offsets all run in C (``map``, ``chain``, numpy).
-    A missing value, bad JSON or a non-object returns None and the per-row path takes over,
-    naming each bad row.
-    """
     try:
         parsed = list(map(_loads_any, values))
+        if all(map(isinstance, parsed, repeat(dict))):
+            return _maps_of(parsed, values)
     except (orjson.JSONDecodeError, TypeError):
-        return None
-    if not all(map(isinstance, parsed, repeat(dict))):
-        return None
-    lengths = np.fromiter(map(len, parsed), np.int32, len(parsed))
-    offsets = np.zeros(len(parsed) + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    keys = pa.array(list(chain.from_iterable(parsed)), pa.string())
-    items = _string_items(list(chain.from_iterable(map(dict.values, parsed))))
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, items)
+        pass
+    objects: list[dict[str, Any]] = []
+    for row, value in enumerate(values):
+        if value is None or value == _EMPTY_OBJECT:
+            objects.append({})
+            continue
+        try:
+            one = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            one = None
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problem, reason = _utf8_problem(name, exc), INVALID_UTF8
+            else:
+                problem = f"field '{name.decode()}' is not valid JSON: {_show(value)}"
+                reason = INVALID_JSON
+        else:
+            problem = f"field '{name.decode()}' is not a JSON object: {_show(value)}"
+            reason = NOT_JSON_OBJECT
+        if type(one) is dict:
+            objects.append(one)
+        else:
+            errors.add(row, problem, reason)
+            objects.append({})
+    return _maps_of(objects, values)
 
 
-def _string_items(items: list[object]) -> pa.Array:
-    """Map values as strings: a non-string value keeps its JSON text, JSON null stays null."""
+def _maps_of(objects: list[dict[str, Any]], texts: list[bytes | None]) -> pa.Array:
+    """Parsed JSON objects as a map column: flattening and offsets run in C (chain, numpy).
+
+    A page whose values are all strings (or null) needs nothing more; an object holding any
+    other value is parsed again from its text to keep each value's JSON text (``_texts_of``).
+    """
+    items = list(chain.from_iterable(map(dict.values, objects)))
     try:
-        return pa.array(items, pa.string())
+        values = pa.array(items, pa.string())
     except (pa.ArrowTypeError, pa.ArrowInvalid):
-        return pa.array(
-            [i if i is None or type(i) is str else orjson.dumps(i).decode() for i in items],
-            pa.string(),
+        objects = [
+            one if _all_text(one) else _texts_of(text, one)
+            for one, text in zip(objects, texts, strict=True)
+        ]
+        values = pa.array(list(chain.from_iterable(map(dict.values, objects))), pa.string())
+    lengths = np.fromiter(map(len, objects), np.int32, len(objects))
+    offsets = np.zeros(len(objects) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = pa.array(list(chain.from_iterable(objects)), pa.string())
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+
+
+def _all_text(one: dict[str, Any]) -> bool:
+    return all(type(value) is str or value is None for value in one.values())
+
+
+class _Number(str):
+    """A JSON number as written (``json.loads`` hands ``parse_int``/``parse_float`` the text)."""
+
+    __slots__ = ()
+
+
+def _texts_of(text: bytes | None, parsed: dict[str, Any]) -> dict[str, str | None]:
+    """Each value of the JSON object ``text`` as a string: non-strings as compact JSON text.
+
+    orjson already accepted ``text`` (``parsed``); the standard library parses it again only to
+    see each number as written (orjson turns a big integer into a float, ``1.50`` into 1.5).
+    """
+    try:
+        exact = json.loads((text or b"").decode("utf-8"), parse_int=_Number, parse_float=_Number)
+        if type(exact) is dict and exact.keys() == parsed.keys():
+            return {key: _compact(value) for key, value in exact.items()}
+    except (ValueError, RecursionError):
+        pass
+    # Nested too deep for the standard library: orjson's text (numbers as orjson reads them).
+    return {
+        key: value if value is None or type(value) is str else orjson.dumps(value).decode()
+        for key, value in parsed.items()
+    }
+
+
+def _compact(value: Any) -> str | None:
+    """A top-level map value as a string: strings as they are, null as None, others as JSON."""
+    if value is None or type(value) is str:
+        return value
+    return _json_text(value)
+
+
+def _json_text(value: Any) -> str:
+    if type(value) is _Number:
+        return str.__str__(value)
+    if type(value) is dict:
+        return (
+            "{"
+            + ",".join(
+                orjson.dumps(key).decode() + ":" + _json_text(item) for key, item in value.items()
+            )
+            + "}"
         )
+    if type(value) is list:
+        return "[" + ",".join(map(_json_text, value)) + "]"
+    return str(orjson.dumps(value).decode())  # a string, true, false or null
 
 
 def _empty_maps(size: int) -> pa.Array:
@@ -425,37 +538,26 @@ def _empty_maps(size: int) -> pa.Array:
 
 
 def _raw_fields(field_lists: list[Sequence[bytes]], only: list[bool] | None) -> pa.Array:
-    """The raw entry as a map (non-UTF-8 bytes shown as ``\\xNN``); null where ``only`` is False."""
-    keys: list[str] = []
-    items: list[str] = []
-    offsets: list[int | None] = [0]
-    validity: list[bool] = []
-    decode: Callable[[bytes], str] = _lossless_text
-    for row, flat in enumerate(field_lists):
-        if only is not None and not only[row]:
-            offsets.append(len(keys))
-            validity.append(False)
-            continue
-        keys.extend(decode(name) for name in flat[0::2])
-        items.extend(decode(value) for value in flat[1::2])
-        offsets.append(len(keys))
-        validity.append(True)
-    offsets_array = pa.array(offsets, pa.int32())
-    maps = pa.MapArray.from_arrays(
-        offsets_array, pa.array(keys, pa.string()), pa.array(items, pa.string())
+    """The raw entry as a map (``atlasbus.raw_fields.raw_text``); null where ``only`` is False."""
+    chosen: list[Sequence[bytes]] = (
+        field_lists
+        if only is None
+        else [flat if keep else () for flat, keep in zip(field_lists, only, strict=True)]
     )
+    lengths = np.fromiter(map(len, chosen), np.int32, len(chosen)) // 2
+    offsets = np.zeros(len(chosen) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = raw_text_array(list(chain.from_iterable(map(_NAMES_OF, chosen))))
+    items = raw_text_array(list(chain.from_iterable(map(_VALUES_OF, chosen))))
+    maps = pa.MapArray.from_arrays(pa.array(offsets), keys, items)
     if only is None:
         return maps
-    return pc.if_else(pa.array(validity, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
-
-
-def _lossless_text(value: bytes) -> str:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value.decode("utf-8", "backslashreplace")
+    return pc.if_else(pa.array(only, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
 
 
 def _show(value: bytes, limit: int = 80) -> str:
-    text = _lossless_text(value)
+    return _show_text(raw_text(value), limit)
+
+
+def _show_text(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
