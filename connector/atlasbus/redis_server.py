@@ -47,17 +47,32 @@ class RedisServer:
 
     ``own_session`` runs it in a process session of its own: the Ctrl-C a terminal sends to
     the caller's process group then does not reach it, so ``atlasbus demo`` can stop its query
-    first, or leave the server running (``--keep``). No persistence: ``folder`` holds only the
-    log, and is removed by ``stop()``.
+    first, or leave the server running (``--keep``). No persistence by default: ``folder``
+    holds only the log, and is removed by ``stop()``.
+
+    ``appendonly=True`` turns the append-only file on (``appendfsync``: ``always``,
+    ``everysec`` or ``no``), kept in ``folder``. ``kill()`` then ends the server as a crash
+    would (SIGKILL) and keeps its folder, and ``start()`` brings it back on the same port and
+    folder, where it loads what the append-only file holds.
     """
 
     def __init__(
-        self, *, port: int | None = None, binary: str | None = None, own_session: bool = False
+        self,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
+        own_session: bool = False,
+        appendonly: bool = False,
+        appendfsync: str = "everysec",
     ) -> None:
+        if appendfsync not in ("always", "everysec", "no"):
+            raise ValueError(f"appendfsync must be always, everysec or no, got {appendfsync!r}")
         self.binary = binary or find_redis_server()
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.own_session = own_session
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.folder: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -66,12 +81,22 @@ class RedisServer:
         return None if self._process is None else self._process.pid
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        """Start the server and wait until it answers; a failure says why, with its log."""
-        folder = self.folder = Path(tempfile.mkdtemp(prefix="atlasbus-redis-"))
+        """Start the server and wait until it answers; a failure says why, with its log.
+
+        After ``kill()``, this starts it again on the same port and folder (and data).
+        """
+        if self._process is not None and self._process.poll() is None:
+            raise RuntimeError(f"redis-server is already running on port {self.port}")
+        folder = self.folder
+        restart = folder is not None  # after kill(): a failure keeps the data for a look
+        if folder is None:
+            folder = self.folder = Path(tempfile.mkdtemp(prefix="atlasbus-redis-"))
         # fmt: off
         command = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(folder), "--logfile", str(folder / "redis.log"),
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", self.appendfsync,
+            "--dir", str(folder), "--logfile", str(folder / "redis.log"),
         ]
         # fmt: on
         process = self._process = subprocess.Popen(
@@ -84,13 +109,19 @@ class RedisServer:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 log = (folder / "redis.log").read_text(errors="replace")[-500:]
-                self.stop()
+                self._give_up(keep_folder=restart)
                 raise RuntimeError(f"{self.binary} exited with code {process.returncode}: {log}")
             if self._answers_as(process.pid):
                 return self
             time.sleep(0.05)
-        self.stop()
+        self._give_up(keep_folder=restart)
         raise RuntimeError(f"{self.binary} did not answer on port {self.port} within {timeout:g} s")
+
+    def _give_up(self, *, keep_folder: bool) -> None:
+        if keep_folder:
+            self.kill()
+        else:
+            self.stop()
 
     def _answers_as(self, pid: int) -> bool:
         """Whether this process answers on the port, not another server that already holds it."""
@@ -103,6 +134,13 @@ class RedisServer:
                 return int(client.info("server").get("process_id", -1)) == pid
         except redis.RedisError:
             return False
+
+    def kill(self) -> None:
+        """End the server with SIGKILL, as a crash would; keep its folder for ``start()``."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
 
     def stop(self) -> None:
         """Shut the server down (SIGTERM, then SIGKILL after 10 s) and remove its folder."""
