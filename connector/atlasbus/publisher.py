@@ -7,7 +7,11 @@ records, in the marker, how many of the task's input rows are now published:
     MULTI; XADD ...; SET marker <rows done> EX <ttl>; EXEC; WATCH marker; GET marker
 
 so entries and marker land together or not at all. A retried task (or a replayed micro-batch)
-reads the marker first and skips the rows it counts. The marker is watched, so if a second
+reads the marker first and skips the rows it counts. The marker also holds fingerprints of the
+last rows published (``<rows done>:<fp>,<fp>,...``): if the source lost rows between the two
+attempts (entries deleted under ``failOnDataLoss=false``), the retry finds the last published
+row by its fingerprint instead of by its position, so it neither skips an unpublished row nor
+publishes one twice. The marker is watched, so if a second
 attempt of the same task publishes concurrently (speculation, a zombie executor), one of the
 two transactions aborts and its sender re-reads the marker instead of adding duplicates.
 
@@ -21,6 +25,8 @@ sent, and the task goes on.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Iterable
 from types import TracebackType
@@ -38,10 +44,13 @@ if TYPE_CHECKING:
 
     from atlasbus.dead_letters import QueryContext
 
+log = logging.getLogger("atlasbus.publisher")
+
 CHUNK_ROWS = 1_000
 CHUNK_BYTES = 4 * 1024 * 1024  # keeps a transaction of big messages from swelling Redis
 MARKER_TTL_SECONDS = 7 * 24 * 3600
 MARKER_NAMESPACE = "__atlasbus_sink__"
+ANCHOR_ROWS = 32  # fingerprints of the last rows published, kept in the marker
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -92,6 +101,11 @@ class Publisher:
         self.skipped = 0  # input rows skipped because an earlier attempt published them
         self.dead_lettered = 0  # rejected rows this attempt sent to the dead-letter table
         self.entry_ids: list[str] | None = [] if collect_entry_ids else None
+        self.anchors: list[str] = []  # fingerprints of the last rows published, oldest first
+        # A retry whose marker has fingerprints holds its rows until it can find the last
+        # published one among them (see the module docstring).
+        self._held: list[pa.RecordBatch] | None = None
+        self._held_rows = 0
         self._conn: Any = None
         self._client: redis.Redis | None = None
 
@@ -131,7 +145,9 @@ class Publisher:
                 replies = self._roundtrip(
                     [_resp("WATCH", self.marker), _resp("GET", self.marker)], 2
                 )
-                self.done = _marker_value(replies[1], self.marker)
+                self.done, self.anchors = _marker_value(replies[1], self.marker)
+                if self.done > 0 and self.anchors:
+                    self._held = []
         return self._conn
 
     def _roundtrip(self, payload: Iterable[bytes | memoryview], replies: int) -> list[Any]:
@@ -156,10 +172,59 @@ class Publisher:
 
     def publish(self, batch: pa.RecordBatch) -> None:
         """Publish a batch of input rows, skipping those an earlier attempt already published."""
-        size = batch.num_rows
-        if size == 0:
+        if batch.num_rows == 0:
             return
         self._connection()
+        if self._held is not None:
+            self._held.append(batch)
+            self._held_rows += batch.num_rows
+            if self._held_rows >= self.done:
+                self._release_held()
+            return
+        self._publish_rows(batch)
+
+    def finish(self) -> None:
+        """The task's input has ended: publish what a retry still holds (rows vanished)."""
+        if self._held is not None:
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """Find the last row an earlier attempt published among the held rows; go on after it."""
+        held, self._held = self._held or [], None
+        rows = pa.Table.from_batches(held).combine_chunks() if held else None
+        total = rows.num_rows if rows is not None else 0
+        top = min(self.done, total) - 1
+        found = None
+        if rows is not None and top >= 0:
+            wanted = set(self.anchors)
+            if _fingerprint(rows, top) == self.anchors[-1]:
+                found = top
+            else:
+                found = next(
+                    (i for i in range(top, -1, -1) if _fingerprint(rows, i) in wanted), None
+                )
+        if found is not None and found + 1 != self.done:
+            log.warning(
+                "exactly-once marker %s: the last published row is now row %d, not %d: rows "
+                "vanished from the input between attempts; going on after it",
+                self.marker,
+                found,
+                self.done - 1,
+            )
+            self.done = found + 1
+        elif found is None and total < self.done:
+            log.warning(
+                "exactly-once marker %s counts %d rows but the input has %d and none of the last "
+                "published rows: going on by count",
+                self.marker,
+                self.done,
+                total,
+            )
+        for batch in held:
+            self._publish_rows(batch)
+
+    def _publish_rows(self, batch: pa.RecordBatch) -> None:
+        size = batch.num_rows
         first = self.position
         self.position += size
         skip = min(max(self.done - first, 0), size)
@@ -182,8 +247,13 @@ class Publisher:
                 self.done = offset + stop
                 start = stop
                 continue
+            anchors = [
+                _fingerprint(batch, skip + i) for i in range(max(start, stop - ANCHOR_ROWS), stop)
+            ]
             ours = (
-                stop - start if self._send_chunk_exactly_once(encoded, start, stop, offset) else 0
+                stop - start
+                if self._send_chunk_exactly_once(encoded, start, stop, offset, anchors)
+                else 0
             )
             # the marker may show a concurrent attempt's rows beyond ours: skip those
             reached = min(max(self.done - offset, start), len(encoded))
@@ -228,17 +298,19 @@ class Publisher:
         self.published += count
 
     def _send_chunk_exactly_once(
-        self, encoded: EncodedBatch, start: int, stop: int, offset: int
+        self, encoded: EncodedBatch, start: int, stop: int, offset: int, anchors: list[str]
     ) -> bool:
         """One transaction for rows ``[start, stop)``; False if a concurrent attempt won."""
         marker = self.marker
         assert marker is not None
         count = encoded.count(start, stop)
         target = offset + stop
+        kept = [*self.anchors, *anchors][-ANCHOR_ROWS:]
+        value = f"{target}:{','.join(kept)}"
         payload: list[bytes | memoryview] = [
             _MULTI,
             encoded.command_bytes(start, stop),
-            _resp("SET", marker, str(target), "EX", str(MARKER_TTL_SECONDS)),
+            _resp("SET", marker, value, "EX", str(MARKER_TTL_SECONDS)),
             _EXEC,
             _resp("WATCH", marker),
             _resp("GET", marker),
@@ -254,11 +326,12 @@ class Publisher:
                 "was published"
             )
         if executed is None:  # the marker moved under us: a concurrent attempt published
-            self.done = _marker_value(current, marker)
+            self.done, self.anchors = _marker_value(current, marker)
             return False
         self._check_ids(encoded, start, executed[:-1])
         self.published += count
-        self.done = max(_marker_value(current, marker), target)
+        now, now_anchors = _marker_value(current, marker)
+        self.done, self.anchors = (now, now_anchors) if now > target else (target, kept)
         return True
 
     def _check_ids(self, encoded: EncodedBatch, start: int, replies: list[Any]) -> None:
@@ -273,11 +346,20 @@ class Publisher:
             )
 
 
-def _marker_value(raw: Any, key: str) -> int:
+def _fingerprint(rows: pa.RecordBatch | pa.Table, index: int) -> str:
+    """A short digest of one input row's values: the same row gives the same text on a retry."""
+    values = rows.slice(index, 1).to_pylist()[0]
+    return hashlib.blake2b(repr(sorted(values.items())).encode(), digest_size=8).hexdigest()
+
+
+def _marker_value(raw: Any, key: str) -> tuple[int, list[str]]:
+    """The marker's row count and fingerprints (markers of atlasbus 0.1 hold the count only)."""
     if raw is None:
-        return 0
+        return 0, []
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    count, _, anchors = text.partition(":")
     try:
-        return int(raw)
+        return int(count), [a for a in anchors.split(",") if a]
     except (TypeError, ValueError):
         raise PublishError(
             f"exactly-once marker {key!r} holds {raw!r}, not a row count: was it written by "

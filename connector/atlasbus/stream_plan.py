@@ -55,7 +55,7 @@ class LostEntries:
         )
 
     def span(self) -> str:
-        """The range as people read it: an upper bound ``9-18446744073709551615`` is 'before 10-0'."""
+        """The range as people read it: upper bound ``9-18446744073709551615`` is "before 10-0"."""
         if self.upto.seq == MAX_SEQ:
             return f"after {self.after} and before {self.upto.successor()}"
         return f"after {self.after} up to {self.upto}"

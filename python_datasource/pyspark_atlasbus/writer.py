@@ -76,6 +76,7 @@ def _publish(
     ) as publisher:
         for batch in iterator:
             publisher.publish(batch)
+        publisher.finish()
     return PublishedPartition(
         partition,
         marker,
