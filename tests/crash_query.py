@@ -1,0 +1,62 @@
+"""A streaming query in its own process, for the crash tests to SIGKILL and restart.
+
+Reads topics ``a`` and ``b`` with small partitions and writes either to the atlasbus sink
+(topic ``target``) or to Spark's parquet sink, on a checkpoint that survives the kills.
+Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
+prints ``DONE`` and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--sink", choices=["atlasbus", "parquet"], required=True)
+    parser.add_argument("--out", help="the parquet sink's path")
+    parser.add_argument("--available-now", action="store_true")
+    args = parser.parse_args()
+
+    from pyspark_atlasbus.session import local_session
+
+    spark = local_session("atlasbus-crash", driver_memory="1g")
+    source = (
+        spark.readStream.format("atlasbus")
+        .option("url", args.url)
+        .option("streamPrefix", args.prefix)
+        .option("topics", "a,b")
+        .option("maxEntriesPerPartition", "700")
+        .load()
+    )
+    if args.sink == "atlasbus":
+        writer = (
+            source.select("payload", "correlation_id", "priority")
+            .writeStream.format("atlasbus")
+            .option("url", args.url)
+            .option("streamPrefix", args.prefix)
+            .option("topic", "target")
+        )
+    else:
+        writer = (
+            source.select("correlation_id", "payload")
+            .writeStream.format("parquet")
+            .option("path", args.out)
+        )
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    if args.available_now:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start()
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    print("DONE", flush=True)
+    spark.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

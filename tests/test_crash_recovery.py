@@ -1,0 +1,179 @@
+"""Exactly once across driver SIGKILLs while publishers keep appending.
+
+A publisher appends 100,000 envelopes to two topics at a steady rate with bursts (so the
+partition estimates change from batch to batch); a source → sink query in a child process is
+SIGKILLed (its whole process group: driver, JVM, Python workers) five times at random moments
+and restarted on its checkpoint. At the end every published correlation ID is in the output
+exactly once. The figures (restart times, counts) are printed for the closing note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+TOTAL = 100_000
+KILLS = 5
+STEADY_PER_SECOND = 1_500
+BURST = 6_000
+QUERY_SCRIPT = str(Path(__file__).with_name("crash_query.py"))
+
+
+class Publisher(threading.Thread):
+    """Appends ``TOTAL`` envelopes to topics a and b: a steady rate with random bursts."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.prefix = prefix
+        self.correlation_ids: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            rng = random.Random(11)
+            tick = 0.1
+            while len(self.correlation_ids) < TOTAL:
+                count = BURST if rng.random() < 0.03 else int(STEADY_PER_SECOND * tick)
+                count = min(count, TOTAL - len(self.correlation_ids))
+                pipe = self.client.pipeline(transaction=False)
+                for _ in range(count):
+                    cid = uuid.uuid4().hex
+                    topic = "a" if rng.random() < 0.6 else "b"
+                    pipe.xadd(
+                        f"{self.prefix}:{topic}",
+                        {
+                            "topic": topic,
+                            "priority": "3",
+                            "payload": json.dumps({"cid": cid}),
+                            "correlation_id": cid,
+                            "tracing": "{}",
+                            "metadata": "{}",
+                            "delivery_attempts": "0",
+                            "enqueued_time": f"{time.time():.6f}",
+                        },
+                    )
+                    self.correlation_ids.append(cid)
+                pipe.execute()
+                time.sleep(tick)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def _start_query(args: list[str]) -> tuple[subprocess.Popen[str], float]:
+    """Start the query process and wait until its query runs; returns it and the time taken."""
+    began = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, QUERY_SCRIPT, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if "STARTED" not in line:
+        process.wait(60)
+        raise AssertionError(f"the query process did not start (exit {process.returncode})")
+    return process, time.monotonic() - began
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(60)
+
+
+def _crash_and_recover(args: list[str], url: str, prefix: str) -> dict[str, Any]:
+    publisher = Publisher(url, prefix)
+    publisher.start()
+    rng = random.Random(7)
+    restarts: list[float] = []
+    for _ in range(KILLS):
+        process, took = _start_query(args)
+        restarts.append(took)
+        time.sleep(rng.uniform(1.0, 6.0))
+        _kill(process)
+    publisher.join(300)
+    assert publisher.error is None, publisher.error
+    assert not publisher.is_alive()
+    process, took = _start_query([*args, "--available-now"])
+    restarts.append(took)
+    assert process.wait(600) == 0
+    return {
+        "published": publisher.correlation_ids,
+        "restart_seconds": restarts,
+    }
+
+
+def _report(name: str, published: list[str], written: list[str], restarts: list[float]) -> None:
+    counts = Counter(written)
+    figures = {
+        "sink": name,
+        "published": len(published),
+        "written": len(written),
+        "lost": len(set(published) - set(counts)),
+        "duplicated": sum(c - 1 for c in counts.values() if c > 1),
+        "unexpected": len(set(counts) - set(published)),
+        "kills": KILLS,
+        "restart_seconds": [round(t, 1) for t in restarts],
+    }
+    print(f"\ncrash test figures: {json.dumps(figures)}")
+
+
+@pytest.mark.spark
+def test_atlasbus_sink_exactly_once_across_driver_kills(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    args = [
+        "--url",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--sink",
+        "atlasbus",
+    ]
+    run = _crash_and_recover(args, redis_url, prefix)
+    written = [fields[b"correlation_id"].decode() for _, fields in r.xrange(f"{prefix}:target")]
+    _report("atlasbus", run["published"], written, run["restart_seconds"])
+    assert len(run["published"]) == TOTAL
+    assert Counter(written) == Counter(run["published"])
+
+
+@pytest.mark.spark
+def test_parquet_sink_exactly_once_across_driver_kills(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    out = str(tmp_path / "out")
+    args = [
+        "--url",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--sink",
+        "parquet",
+        "--out",
+        out,
+    ]
+    run = _crash_and_recover(args, redis_url, prefix)
+    written = [row["correlation_id"] for row in spark.read.parquet(out).collect()]
+    _report("parquet", run["published"], written, run["restart_seconds"])
+    assert len(run["published"]) == TOTAL
+    assert Counter(written) == Counter(run["published"])
