@@ -69,6 +69,10 @@ def lost_before_planning(
     """
     if after == ZERO:
         return None
+    if added is not None and added < 0:
+        # entries-added went backwards: the stream was deleted and created again since
+        upper = info.first.predecessor() if info.first is not None else upto
+        return LostEntries(stream, after, min(upper, upto))
     if added is not None and present is not None:
         missing = added - present
         if missing <= 0:
