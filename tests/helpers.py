@@ -79,3 +79,8 @@ def run_available_now(frame: Any, checkpoint: str, collector: BatchCollector) ->
     )
     query.awaitTermination(300)
     return query
+
+
+def redis_major(r: redis.Redis) -> int:
+    """The server's major version: Redis 7 counts entries added and records deleted IDs."""
+    return int(str(r.info("server")["redis_version"]).split(".")[0])

@@ -17,9 +17,8 @@ import redis
 from atlasbus.connection import forget_clients
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import DataLossError
-from atlasbus.data_loss import on_data_loss
 from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, recorded_losses
+from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.redis_server import RedisServer
 from atlasbus.source_options import parse_source_options
 from atlasbus.streams import StreamCatalog
@@ -56,8 +55,7 @@ def _plan(server: RedisServer, position: str, *, fail: bool = True) -> list[tupl
     assert end is not None
     start = StreamOffsets({"atlas_bus:t": EntryId.parse(position)})
     marked = mark_batch(catalog, options, start, {"atlas_bus:t": end.last_generated})
-    for lost in recorded_losses(start, marked):
-        on_data_loss(lost, fail_on_data_loss=fail)
+    report_recorded_losses(options, start, marked)
     ranges = plan_ranges(options, start, marked)
     return [(str(r.after), str(r.upto)) for r in ranges]
 

@@ -19,11 +19,7 @@ import redis
 
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.entry_id import EntryId
-from helpers import BatchCollector, envelope, publish, stream_reader
-
-
-def _redis_7(r: redis.Redis) -> bool:
-    return int(str(r.info("server")["redis_version"]).split(".")[0]) >= 7
+from helpers import BatchCollector, envelope, publish, redis_major, stream_reader
 
 
 class Publisher(threading.Thread):
@@ -83,7 +79,7 @@ def _lost_ranges(table: str) -> list[tuple[EntryId, EntryId, int]]:
 def test_beside_the_bus_consumer_every_entry_deleted_unread_is_reported_once(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
-    if not _redis_7(r):
+    if not redis_major(r) >= 7:
         pytest.skip("counting what was deleted needs Redis 7's entries-added")
     stream = f"{prefix}:t"
     table = str(tmp_path / "dead")

@@ -14,22 +14,17 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.data_loss import on_data_loss
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import DataLossError
 from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import ReadRange, mark_batch, plan_ranges, recorded_losses
+from atlasbus.planning import ReadRange, mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import batch_end
 from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions, parse_source_options
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog
-from helpers import publish
-
-
-def _redis_7(r: redis.Redis) -> bool:
-    return int(str(r.info("server")["redis_version"]).split(".")[0]) >= 7
+from helpers import publish, redis_major
 
 
 def _options(redis_url: str, prefix: str, **extra: str) -> SourceOptions:
@@ -47,13 +42,7 @@ def _end(options: SourceOptions, start: StreamOffsets, *, cap: int | None = None
 def _plan(options: SourceOptions, start: StreamOffsets, end_json: str) -> list[ReadRange]:
     """partitions(start, end) as the stream reader does it: recorded losses, then ranges."""
     end = StreamOffsets.from_json(end_json)
-    for lost in recorded_losses(start, end):
-        on_data_loss(
-            lost,
-            fail_on_data_loss=options.fail_on_data_loss,
-            dead_letter_table=options.dead_letter_table,
-            topic="t",
-        )
+    report_recorded_losses(options, start, end)
     return plan_ranges(options, start, end)
 
 
@@ -154,7 +143,7 @@ def test_xdel_beyond_the_batch_and_of_read_entries_is_not_loss(
     r.xdel(stream, *ids[100:200])
     with pytest.raises(DataLossError) as info:
         _plan(options, nxt, _end(options, nxt))
-    if _redis_7(r):
+    if redis_major(r) >= 7:
         assert f"2 entries after {ids[199]} up to {ids[299]} were removed" in str(info.value)
     else:  # 6.2 cannot tell XDEL from trimming: conservative (docs/guarantees.md)
         assert f"entries after {ids[199]} and before {ids[200]}" in str(info.value)
@@ -177,7 +166,7 @@ def _removals(r: redis.Redis, stream: str, ids: list[str]) -> dict[str, Any]:
 def test_entries_removed_after_planning_are_reported_with_stream_range_and_count(
     r: redis.Redis, redis_url: str, prefix: str, how: str, when: str
 ) -> None:
-    if not _redis_7(r):
+    if not redis_major(r) >= 7:
         pytest.skip("Redis 6.2 keeps no entries-added counter: loss after planning needs Redis 7")
     options = _options(redis_url, prefix)
     stream = f"{prefix}:t"
@@ -205,7 +194,7 @@ def test_with_fail_on_data_loss_false_each_loss_is_one_dead_letter_however_often
     table = str(tmp_path / "dead")
     options = _options(redis_url, prefix, failOnDataLoss="false", deadLetterTable=table)
     stream = f"{prefix}:t"
-    if not _redis_7(r):
+    if not redis_major(r) >= 7:
         pytest.skip("Redis 6.2 keeps no entries-added counter: loss after planning needs Redis 7")
     ids = publish(r, prefix, "t", 100)
     start = StreamOffsets.from_json(_end(options, StreamOffsets()))

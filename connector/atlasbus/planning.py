@@ -25,7 +25,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from atlasbus.data_loss import lost_before_planning, needs_count, nothing_remains_up_to
+from atlasbus.data_loss import (
+    lost_before_planning,
+    needs_count,
+    nothing_remains_up_to,
+    on_data_loss,
+)
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.offsets import StreamOffsets
 from atlasbus.source_options import SourceOptions
@@ -179,6 +184,23 @@ def plan_ranges(
                 continue
             ranges.append(ReadRange(stream, topic, lo, hi, count, plan.removed))
     return ranges
+
+
+def report_recorded_losses(
+    options: SourceOptions, start: Mapping[str, EntryId], end: StreamOffsets
+) -> None:
+    """Raise or record (``failOnDataLoss``) each loss planning recorded in ``end``; driver.
+
+    Runs every time the batch is planned, replays included: the dead letter of a loss is
+    written once, since its ID is the recorded range.
+    """
+    for lost in recorded_losses(start, end):
+        on_data_loss(
+            lost,
+            fail_on_data_loss=options.fail_on_data_loss,
+            dead_letter_table=options.dead_letter_table,
+            topic=options.subscription.topic_of(lost.stream),
+        )
 
 
 def recorded_losses(start: Mapping[str, EntryId], end: StreamOffsets) -> list[LostEntries]:

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from atlasbus.data_loss import on_data_loss
 from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, recorded_losses
+from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import ending_offsets, starting_offsets
 from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
@@ -30,13 +29,7 @@ class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
         catalog = StreamCatalog(self.options.endpoint)
         start = StreamOffsets(starting_offsets(catalog, self.options, create_group=False))
         end = mark_batch(catalog, self.options, start, ending_offsets(catalog, self.options))
-        for lost in recorded_losses(start, end):
-            on_data_loss(
-                lost,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-                dead_letter_table=self.options.dead_letter_table,
-                topic=self.options.subscription.topic_of(lost.stream),
-            )
+        report_recorded_losses(self.options, start, end)
         return [RangePartition(self.options, r) for r in plan_ranges(self.options, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import (
 from atlasbus.data_loss import on_data_loss
 from atlasbus.entry_id import EntryId
 from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, recorded_losses
+from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import batch_end, latest_offsets, starting_offsets
 from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
@@ -108,13 +108,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plan the batch's ranges; the same offsets always give the same entries; driver."""
         first = StreamOffsets.from_dict(start, what="start offset")
         last = StreamOffsets.from_dict(end, what="end offset")
-        for lost in recorded_losses(first, last):
-            on_data_loss(
-                lost,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-                dead_letter_table=self.options.dead_letter_table,
-                topic=self.options.subscription.topic_of(lost.stream),
-            )
+        report_recorded_losses(self.options, first, last)
         ranges = plan_ranges(self.options, first, last)
         return [RangePartition(self.options, r) for r in ranges]
 
