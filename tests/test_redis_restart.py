@@ -52,15 +52,6 @@ def test_a_killed_server_comes_back_on_its_port_with_what_it_acknowledged(
     client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect in connector/atlasbus/reader.py (read_range): the pooled connection is taken "
-    "with pool.get_connection() before the translate_errors block, so a read task in a worker "
-    "whose cached client outlived its Redis fails with a bare redis.exceptions.ConnectionError "
-    "('Error 111 connecting to 127.0.0.1:port. Connection refused.') instead of "
-    "RedisUnavailableError ('cannot reach Redis at host:port ... Check that the server is "
-    "running ...'), and the client is not forgotten",
-)
 def test_a_read_task_whose_redis_went_away_fails_with_a_clear_error(
     durable_redis: RedisServer,
 ) -> None:
@@ -244,16 +235,14 @@ def crash_under_query(
 
 def unclear_failures(failures: list[str], server: RedisServer) -> list[str]:
     """The failures that do not say, as atlasbus's own error, that Redis at host:port is out of
-    reach; anything but the known defect of read_range fails the test here."""
+    reach: there must be none."""
     unclear = [
         message
         for message in failures
         if f"cannot reach Redis at 127.0.0.1:{server.port}" not in message
         or "Check that the server is running" not in message
     ]
-    for message in unclear:
-        known = "in read_range" in message and "redis.exceptions.ConnectionError" in message
-        assert known, message[-3000:]
+    assert not unclear, unclear[0][-3000:]
     return unclear
 
 
@@ -328,7 +317,4 @@ def test_query_under_a_redis_crash_loses_nothing_and_adds_nothing_twice(
     twice = {cid: n for cid, n in output.items() if n > 1}
     assert (len(missing), len(twice)) == (0, 0), (sorted(missing)[:5], list(twice.items())[:5])
     assert output == Counter(publisher.published)
-    if unclear_failures(outcome.failures, durable_redis):
-        # nothing lost or doubled, but the crash hit a read task: the defect that
-        # test_a_read_task_whose_redis_went_away_fails_with_a_clear_error pins down
-        pytest.xfail("a read task failed with a bare redis ConnectionError (reader.py defect)")
+    unclear_failures(outcome.failures, durable_redis)

@@ -45,7 +45,8 @@ def read_range(
     decode = _decoder(options, read, context)
     client = options.endpoint.client()
     pool = client.connection_pool
-    connection = pool.get_connection()
+    with translate_errors(options.endpoint):  # a Redis gone since the client was cached
+        connection = pool.get_connection()
     awaiting_reply = False
     page_size = options.page_size
     batch_rows = max(TARGET_BATCH_ROWS, page_size)

@@ -145,7 +145,8 @@ class StreamCatalog:
         position, walked = after, 0
         client = self._redis
         pool = client.connection_pool
-        connection = pool.get_connection()
+        with translate_errors(self.endpoint):
+            connection = pool.get_connection()
         try:
             with translate_errors(self.endpoint):
                 while budget is None or walked < budget:
