@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import gc
 import json
+from datetime import UTC, datetime
 
 import pytest
 import redis
 
-from atlasbus.decode import decode_envelope_page, decode_envelopes
+from atlasbus.decode import decode_envelope_page, decode_envelopes, decode_raw
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
+from atlasbus.raw_fields import raw_entry
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
 from helpers import publish
@@ -143,3 +145,153 @@ def test_reading_a_range_pauses_the_cycle_collector_and_restores_it(
     next(batches)
     batches.close()  # a consumer that stops early (a limit) must not leave it off
     assert gc.isenabled()
+
+
+# --- each value is judged alone --------------------------------------------------------------
+
+# A neighbour that sends each column down its per-row path.
+SPOILERS = {
+    "priority": b"high",
+    "delivery_attempts": b"x",
+    "enqueued_time": b"noon",
+    "payload": b"[",
+    "tracing": b"[",
+    "metadata": b"[",
+    "correlation_id": b"\xff",
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("priority", b"0x10"),
+        ("priority", b"0X1F"),
+        ("priority", b"05"),
+        ("priority", b"+5"),
+        ("priority", b" 5\t"),
+        ("priority", b"-0"),
+        ("priority", b"2147483648"),
+        ("priority", b"-2147483648"),
+        ("priority", b"1e3"),
+        ("delivery_attempts", b"0x2"),
+        ("delivery_attempts", b"00000000000000000000001"),
+        ("enqueued_time", b"1e13"),
+        ("enqueued_time", b"inf"),
+        ("enqueued_time", b"nan(1)"),
+        ("enqueued_time", b"Infinity"),
+        ("enqueued_time", b"+.5"),
+        ("enqueued_time", b" 1700000000 "),
+        ("enqueued_time", b"1_0"),
+        ("enqueued_time", b"1.7e9"),
+        ("enqueued_time", b"-62135424000"),
+        ("enqueued_time", b"253402127999.999"),
+        ("enqueued_time", b"253402128000"),
+        ("tracing", b'{"big": 123456789012345678901234567890, "f": 1.50}'),
+        ("tracing", b'{"a": "\xe9"}'),
+        ("metadata", b'{"n": {"deep": [1E+2, -0, 18446744073709551616]}}'),
+        ("payload", b'{"a": "\\u00e9"}'),
+        ("correlation_id", b"\\xe9"),
+    ],
+)
+def test_a_value_decodes_the_same_alone_and_beside_any_neighbour(field: str, value: bytes) -> None:
+    subject = entry(7, **{field: value})
+    alone = rows([subject])[0]
+    on_good_page = rows([entry(1), subject, entry(2)])[1]
+    spoiled = SPOILERS[field] if field != "correlation_id" else b"\xfe"
+    on_bad_page = rows([entry(1, **{field: spoiled}), subject, entry(2)])[1]
+    assert on_good_page == alone
+    assert on_bad_page == alone
+
+
+def test_missing_delivery_attempts_reads_0_beside_a_malformed_neighbour() -> None:
+    subject = entry(0)
+    flat = subject[1]
+    assert isinstance(flat, list)
+    at = flat.index(b"delivery_attempts")
+    subject[1] = flat[:at] + flat[at + 2 :]
+    assert rows([subject])[0]["delivery_attempts"] == 0
+    beside_bad = rows([subject, entry(1, priority=b"high")])
+    assert beside_bad[0]["delivery_attempts"] == 0 and beside_bad[0]["error"] is None
+
+
+def test_numbers_in_maps_keep_their_exact_text() -> None:
+    tracing = b'{"big": 123456789012345678901234567890, "f": 1.50, "z": -0, "n": {"a": [1E+2]}}'
+    for decoded in (rows([entry(0, tracing=tracing)]), rows([entry(0, tracing=tracing), entry(1)])):
+        assert dict(decoded[0]["tracing"]) == {
+            "big": "123456789012345678901234567890",
+            "f": "1.50",
+            "z": "-0",
+            "n": '{"a":[1E+2]}',
+        }
+
+
+@pytest.mark.parametrize("field", ["tracing", "metadata"])
+def test_non_utf8_map_text_is_invalid_utf8_not_invalid_json(field: str) -> None:
+    page = decode_envelope_page(
+        [entry(0), entry(1, **{field: b'{"a": "caf\xe9"}'})],
+        topic="t",
+        stream="s:t",
+        include_raw_fields=False,
+    )
+    assert page.reasons == [None, "invalid-utf8"]
+    assert page.batch.column("error")[1].as_py() == f"field '{field}' is not valid UTF-8 (byte 10)"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (b"-62135424000", datetime(1, 1, 3, tzinfo=UTC)),
+        (b"-62135424000.5", None),
+        (b"253402127999.5", datetime(9999, 12, 29, 23, 59, 59, 500000, tzinfo=UTC)),
+        (b"253402128000", None),
+        (b"1e13", None),
+        (b"-1e13", None),
+        (b"1e300", None),
+        (b"inf", None),
+        (b"nan", None),
+    ],
+)
+def test_enqueued_time_range_is_checked_for_the_whole_column(
+    seconds: bytes, expected: datetime | None
+) -> None:
+    page = decode_envelope_page(
+        [entry(0), entry(1, enqueued_time=seconds)],
+        topic="t",
+        stream="s:t",
+        include_raw_fields=False,
+    )
+    decoded = page.batch.to_pylist()  # once failed: year -290308 is out of range
+    page.batch.to_pandas()
+    assert decoded[1]["enqueued_time"] == expected
+    if expected is None:
+        assert page.reasons == [None, "invalid-timestamp"]
+        assert decoded[1]["error"] == (
+            "field 'enqueued_time' must be seconds since the epoch, at least -62135424000 and "
+            f"below 253402128000 (0001-01-03 to 9999-12-29 UTC), got '{seconds.decode()}'"
+        )
+    else:
+        assert page.reasons is None
+
+
+def test_entry_ids_past_9999_read_with_a_null_timestamp() -> None:
+    entries = [entry(0), entry(1), entry(2)]
+    entries[1][0] = b"253402128000000-0"
+    entries[2][0] = b"18446744073709551615-18446744073709551615"
+    for batch in (
+        decode_envelopes(entries, topic="t", stream="s:t", include_raw_fields=False),
+        decode_raw(entries, topic="t", stream="s:t"),
+    ):
+        stamps = batch.column("timestamp").to_pylist()
+        assert stamps == [datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC), None, None]
+
+
+def test_fields_tell_a_latin1_byte_from_the_text_of_its_escape() -> None:
+    latin1 = entry(0, payload=b'{"a": "caf\xe9"}', extra=b"\xe9")
+    text = entry(1, payload=b'{"a": "caf\\xe9"}', extra=b"\\xe9")
+    decoded = decode_envelopes([latin1, text], topic="t", stream="s:t", include_raw_fields=True)
+    fields = decoded.column("fields").to_pylist()
+    assert dict(fields[0])["extra"] == "\\xe9" and dict(fields[1])["extra"] == "\\\\xe9"
+    for restored, original in zip(fields, [latin1, text], strict=True):
+        flat = original[1]
+        assert isinstance(flat, list)
+        assert raw_entry(restored) == list(zip(flat[0::2], flat[1::2], strict=True))

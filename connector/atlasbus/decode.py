@@ -214,7 +214,8 @@ def _timestamps_of(ids: pa.Array) -> pa.Array:
     """The ms part of each entry ID as a timestamp; null from 9999-12-30 on (an ID can be set)."""
     ms = pc.cast(pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0), pa.uint64())
     if len(ms) and pc.max(ms).as_py() > _MAX_ID_MS:
-        ms = pc.if_else(pc.less_equal(ms, _MAX_ID_MS), ms, pa.scalar(None, pa.uint64()))
+        in_range = pc.less_equal(ms, pa.scalar(_MAX_ID_MS, pa.uint64()))
+        ms = pc.if_else(in_range, ms, pa.scalar(None, pa.uint64()))
     return pc.multiply(ms.cast(pa.int64()), 1000).cast(TIMESTAMP)
 
 
