@@ -310,8 +310,9 @@ def _int_column(
 def _plain_integers(text: pa.Array) -> pa.Array | None:
     """The column as int32 when every value is plain ASCII digits within range, else None.
 
-    Arrow's cast alone would also take ``0x10`` (hex) or ``-5``; only unsigned digit strings
-    are handed to it, on which it agrees with ``_parse_int`` exactly.
+    Arrow's cast alone would also take ``0x10`` (hex), so only unsigned ASCII digit strings
+    are handed to it, on which it agrees with ``_parse_int`` exactly (signed values, spaces
+    and anything else take the per-row path).
     """
     if pc.all(pc.ascii_is_decimal(text)).as_py() is False:
         return None
