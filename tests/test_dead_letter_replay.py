@@ -7,12 +7,14 @@ import io
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from deltalake import DeltaTable
 from pyspark.sql.functions import col
 
 from atlasbus.connection import RedisEndpoint
@@ -426,3 +428,263 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
         timeout=60,
     ).stdout
     assert "--again" in help_text and "--dry-run" in help_text and "$REDIS_URL" in help_text
+
+
+# --- replay exactly once under concurrency -------------------------------------------------------
+
+# A replay run in its own process, started at a given wall-clock time. With a barrier directory,
+# each run waits after reading the table until every run has read it, so all of them choose the
+# same dead letters from the same table version before any claims: the race at its tightest.
+_REPLAY_RUN = r"""
+import json, os, sys, time
+from pathlib import Path
+from atlasbus.connection import RedisEndpoint
+from atlasbus.dead_letters import DeadLetterTable, replay_dead_letters
+
+uri, url, prefix, start, barrier, name, runs, where = sys.argv[1:9]
+table = DeadLetterTable(uri)
+if barrier != "-":
+    read = DeadLetterTable.to_arrow
+
+    def to_arrow_then_wait(self, *args, **kwargs):
+        data = read(self, *args, **kwargs)
+        Path(barrier, name).touch()
+        deadline = time.time() + 60
+        while len(os.listdir(barrier)) < int(runs) and time.time() < deadline:
+            time.sleep(0.005)
+        return data
+
+    DeadLetterTable.to_arrow = to_arrow_then_wait
+while time.time() < float(start):
+    time.sleep(0.001)
+result = replay_dead_letters(
+    table,
+    endpoint=RedisEndpoint.from_options(url, None, None),
+    stream_prefix=prefix,
+    where=where if where != "-" else None,
+)
+print(json.dumps({
+    "replayed": [[r.dead_letter_id, r.entry_id] for r in result.replayed],
+    "refused": [[r.dead_letter_id, r.why] for r in result.already_replayed],
+    "not_replayable": len(result.not_replayable),
+}))
+"""
+
+
+def sink_letters(count: int, *, write: str = "w/-/0", topic: str = "orders") -> list[DeadLetter]:
+    return [
+        DeadLetter.for_row(
+            "too-big",
+            f"row {i} too big",
+            write_id=write,
+            row=i,
+            topic=topic,
+            priority=i % 10,
+            payload=json.dumps({"n": i}),
+            fields={"tracing": json.dumps({"trace_id": f"t{i}"})},
+            at=T0,
+        )
+        for i in range(count)
+    ]
+
+
+def start_replays(
+    uri: Path | str,
+    redis_url: str,
+    prefix: str,
+    runs: int,
+    barrier: Path | None,
+    start: float | None = None,
+    where: str | None = None,
+) -> list[subprocess.Popen[str]]:
+    """``runs`` replays starting together at ``start`` (default: in 4 s, once imports are done)."""
+    at = f"{start if start is not None else time.time() + 4:.3f}"
+    if barrier is not None:
+        barrier.mkdir()
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _REPLAY_RUN,
+                str(uri),
+                redis_url,
+                prefix,
+                at,
+                str(barrier) if barrier is not None else "-",
+                f"run{k}",
+                str(runs),
+                where or "-",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(runs)
+    ]
+
+
+def finish(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def assert_replayed_exactly_once(
+    r: redis.Redis, dlq: DeadLetterTable, stream: str, letters: list[DeadLetter]
+) -> None:
+    entries = r.xrange(stream)
+    assert len(entries) == len(letters)  # each published once
+    assert sorted(json.loads(f[b"payload"])["n"] for _, f in entries) == list(range(len(letters)))
+    rows = dlq.to_arrow(all_rows=True).to_pylist()
+    assert len(rows) == len(letters)
+    assert {row["replay_count"] for row in rows} == {1}
+    assert sorted(row["last_replay_entry_id"] for row in rows) == sorted(
+        eid.decode() for eid, _ in entries
+    )
+
+
+def test_two_replays_started_together_publish_each_dead_letter_once(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """Both runs read the table before either claims (a barrier makes sure): one claims all."""
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = sink_letters(200)
+    dlq.append(letters)
+    runs = [finish(p) for p in start_replays(dlq.uri, redis_url, prefix, 2, tmp_path / "read")]
+
+    assert sorted(len(run["replayed"]) for run in runs) == [0, 200]
+    loser = next(run for run in runs if not run["replayed"])
+    assert len(loser["refused"]) == 200
+    assert {why for _, why in loser["refused"]} == {
+        "another replay claimed it first (running at the same time, or it was replayed after "
+        "this run read the table); that run publishes it"
+    }
+    assert_replayed_exactly_once(r, dlq, f"{prefix}:orders", letters)
+
+
+def test_two_cli_replays_started_together_publish_each_dead_letter_once(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """``atlasbus dlq replay`` twice at once, as the issue ran it: 200 entries, not 400."""
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = sink_letters(200)
+    dlq.append(letters)
+    command = [
+        sys.executable,
+        "-m",
+        "pyspark_atlasbus.dlq_cli",
+        "dlq",
+        "replay",
+        "--table",
+        dlq.uri,
+        "--url",
+        redis_url,
+        "--stream-prefix",
+        prefix,
+    ]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [(p.communicate(timeout=180), p.returncode) for p in processes]
+    for (_, err), code in results:
+        assert code in (0, 1), err
+    # exactly one run published everything; the other refused all 200 (exit status 1)
+    assert sorted(code for _, code in results) == [0, 1]
+    summaries = sorted(out.splitlines()[-1] for (out, _), _ in results)
+    assert summaries == [
+        "replayed 0 dead letter(s); refused 200 already replayed (use --again), 0 not replayable",
+        "replayed 200 dead letter(s); refused 0 already replayed (use --again), 0 not replayable",
+    ]
+    assert_replayed_exactly_once(r, dlq, f"{prefix}:orders", letters)
+
+
+# A writer in its own process: `batches` appends of 10 letters under app ID (query, batch),
+# each sent twice (a retried task), started at a given wall-clock time. Prints the commit
+# conflicts it met (the retry's debug lines).
+_WRITER_RUN = r"""
+import json, logging, sys, time
+from datetime import UTC, datetime
+from atlasbus.dead_letters import DeadLetter, DeadLetterTable, QueryContext
+
+uri, query, batches, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+conflicts = []
+handler = logging.Handler()
+handler.emit = lambda record: (
+    conflicts.append(record.getMessage()) if "conflicted" in record.getMessage() else None
+)
+logger = logging.getLogger("atlasbus.dead_letters")
+logger.addHandler(handler)
+logger.setLevel(logging.DEBUG)
+table = DeadLetterTable(uri)
+while time.time() < start:
+    time.sleep(0.001)
+added = 0
+for batch in range(batches):
+    letters = [
+        DeadLetter.for_entry(
+            "source-decode", "invalid-json", "bad", stream=f"s:{query}", entry_id=f"{batch}-{j}",
+            topic="orders", payload="{}", context=QueryContext(query, None, batch),
+        )
+        for j in range(10)
+    ]
+    for attempt in range(2):
+        added += table.append(letters, app_id=f"{query}/source-decode/0", version=batch)
+print(json.dumps({"added": added, "conflicts": conflicts}))
+"""
+
+
+def test_two_writers_and_a_replay_at_once_lose_and_duplicate_nothing(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = sink_letters(100)
+    dlq.append(letters)
+    batches = 40
+    start = time.time() + 6
+    # the replay starts a little after the writers, so its commits land among theirs
+    replays = start_replays(
+        dlq.uri, redis_url, prefix, 1, None, start + 0.5, where="stage = 'sink-publish'"
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER_RUN, dlq.uri, query, str(batches), f"{start:.3f}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for query in ("q-a", "q-b")
+    ]
+    written = [finish(w) for w in writers]
+    replay = finish(replays[0])
+
+    # each writer recorded each of its batches once; the appends never conflicted with each
+    # other, only (and retried) when the replay's MERGE rewrote files under them
+    assert [w["added"] for w in written] == [batches * 10] * 2
+    for conflicts in (w["conflicts"] for w in written):
+        assert len(conflicts) <= 2, conflicts  # at most one per MERGE commit of the replay
+        assert all("a concurrent transaction deleted data" in c for c in conflicts), conflicts
+    rows = dlq.to_arrow(all_rows=True)
+    assert rows.num_rows == 100 + 2 * batches * 10
+    assert len(set(rows.column("dead_letter_id").to_pylist())) == rows.num_rows
+    for query in ("q-a", "q-b"):
+        assert DeltaTable(dlq.uri).transaction_version(f"{query}/source-decode/0") == batches - 1
+    # and the replay, which retried its MERGE around the appends, published each letter once
+    assert len(replay["replayed"]) == 100
+    replayed = dlq.to_arrow("stage = 'sink-publish'")
+    assert replayed.num_rows == 100
+    assert set(replayed.column("replay_count").to_pylist()) == {1}
+    assert r.xlen(f"{prefix}:orders") == 100
+    assert dlq.to_arrow("stage = 'source-decode'").column("replay_count").to_pylist() == [0] * (
+        2 * batches * 10
+    )
+    # the replay's commits (claim, then the entry IDs) landed between the writers' appends
+    operations = [
+        entry["operation"]
+        for entry in sorted(DeltaTable(dlq.uri).history(), key=lambda entry: entry["version"])
+    ]
+    merges = [i for i, operation in enumerate(operations) if operation == "MERGE"]
+    writes = [i for i, operation in enumerate(operations) if operation == "WRITE"]
+    assert len(merges) == 2, operations
+    assert writes[1] < merges[0] and merges[-1] < writes[-1], operations

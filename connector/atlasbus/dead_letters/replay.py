@@ -152,9 +152,13 @@ def replay_dead_letters(
         return ReplayResult(replayed, tuple(already), tuple(unusable), dry_run)
 
     claim = f"{CLAIM_PREFIX}{uuid.uuid4().hex}"
+    not_after = max(chosen[i]["dead_lettered_at"] for i in keep)
     claimed = set(
         table.claim_for_replay(
-            {chosen[i]["dead_letter_id"]: chosen[i]["replay_count"] for i in keep}, claim, at=at
+            {chosen[i]["dead_letter_id"]: chosen[i]["replay_count"] for i in keep},
+            claim,
+            at=at,
+            not_after=not_after,
         )
     )
     ours = [i for i in keep if chosen[i]["dead_letter_id"] in claimed]
@@ -181,6 +185,7 @@ def replay_dead_letters(
                 entry_ids,
                 claim,
                 at=at,
+                not_after=not_after,
             )
     replayed = tuple(
         Replayed(

@@ -171,7 +171,12 @@ class DeadLetterTable:
         return added
 
     def claim_for_replay(
-        self, expected: Mapping[str, int], claim: str, at: datetime | None = None
+        self,
+        expected: Mapping[str, int],
+        claim: str,
+        at: datetime | None = None,
+        *,
+        not_after: datetime | None = None,
     ) -> list[str]:
         """Claim dead letters for one replay run; return the IDs this call claimed.
 
@@ -182,6 +187,10 @@ class DeadLetterTable:
         rewrite the same file, so Delta lets only one commit; the other re-runs its MERGE on
         the new version, where the count no longer matches. A row is therefore claimed by
         exactly one run, whatever the timing.
+
+        ``not_after`` (the latest ``dead_lettered_at`` among the rows to claim) narrows what
+        the MERGE reads, so files appended meanwhile by executors (dead letters recorded after
+        the caller read the table) are outside it and do not make the claim conflict.
         """
         if not expected:
             return []
@@ -196,10 +205,14 @@ class DeadLetterTable:
             }
         )
 
+        same = _SAME_ID
+        if not_after is not None:
+            same += f" AND t.dead_lettered_at <= '{_sql_timestamp(not_after)}'"
+
         def attempt() -> list[str]:
             table = self.open()
             (
-                table.merge(source, _SAME_ID, source_alias="s", target_alias="t")
+                table.merge(source, same, source_alias="s", target_alias="t")
                 .when_matched_update(
                     {
                         "replay_count": "t.replay_count + 1",
@@ -222,6 +235,8 @@ class DeadLetterTable:
         entry_ids: Sequence[str],
         claim: str,
         at: datetime | None = None,
+        *,
+        not_after: datetime | None = None,
     ) -> int:
         """Record the entries a replay run published for the rows it claimed with ``claim``.
 
@@ -247,10 +262,14 @@ class DeadLetterTable:
             }
         )
 
+        same = _SAME_ID
+        if not_after is not None:  # as in claim_for_replay: not conflicting with appends
+            same += f" AND t.dead_lettered_at <= '{_sql_timestamp(not_after)}'"
+
         def attempt() -> int:
             metrics = (
                 self.open()
-                .merge(source, _SAME_ID, source_alias="s", target_alias="t")
+                .merge(source, same, source_alias="s", target_alias="t")
                 .when_matched_update(
                     {
                         "last_replayed_at": "s.last_replayed_at",
@@ -409,6 +428,11 @@ def content_app_id(ids: Iterable[str]) -> str:
     """The app ID of an append that names no write: a hash of its dead letters' sorted IDs."""
     digest = hashlib.sha256("\n".join(sorted(set(ids))).encode()).hexdigest()
     return CONTENT_APP_ID_PREFIX + digest
+
+
+def _sql_timestamp(when: datetime) -> str:
+    """A UTC timestamp literal DataFusion compares with the ``timestamp`` columns."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _ids_where(table: DeltaTable, column: str, value: str) -> list[str]:
