@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from atlasbus.offsets import StreamOffsets
 from atlasbus.redis_server import RedisServer
 from atlasbus.traffic import TOPICS, TrafficGenerator
 
@@ -545,7 +546,9 @@ def committed_offsets(query: Any) -> dict[str, str]:
     end = sources[0]["endOffset"]
     if isinstance(end, str):
         end = json.loads(end)
-    return {str(k): str(v) for k, v in (end or {}).items()}
+    # a stream's value may be the plan object the source records ({"id": ..., "cuts": ...})
+    positions = StreamOffsets.from_dict(end or {}, what="the query's end offset")
+    return {stream: str(position) for stream, position in positions.items()}
 
 
 def stream_positions(client: Any, committed: dict[str, str]) -> tuple[int, int]:
