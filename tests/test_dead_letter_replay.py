@@ -688,3 +688,59 @@ def test_two_writers_and_a_replay_at_once_lose_and_duplicate_nothing(
     writes = [i for i, operation in enumerate(operations) if operation == "WRITE"]
     assert len(merges) == 2, operations
     assert writes[1] < merges[0] and merges[-1] < writes[-1], operations
+
+
+def test_a_replay_that_dies_after_claiming_leaves_its_claim_visible_and_publishes_nothing_twice(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from atlasbus.dead_letters import replay as replay_module
+    from atlasbus.dead_letters.replay import CLAIM_PREFIX
+
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = sink_letters(5)
+    dlq.append(letters)
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+    stream = f"{prefix}:orders"
+
+    class DiesAfterTwo(replay_module.Publisher):
+        """Publishes the first two rows (one confirmed chunk), then the process 'dies'."""
+
+        def publish(self, batch: Any) -> None:
+            super().publish(batch.slice(0, 2))
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(replay_module, "Publisher", DiesAfterTwo)
+    with pytest.raises(RuntimeError, match="killed"):
+        replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix)
+    monkeypatch.undo()
+    entries = r.xrange(stream)
+    assert len(entries) == 2
+    rows = dlq.to_arrow().to_pylist()
+    assert {row["replay_count"] for row in rows} == {1}  # all five were claimed
+    # the two confirmed ones have their entry IDs; the other three show the dead run's claim
+    published = {e.decode(): json.loads(f[b"payload"])["n"] for e, f in entries}
+    recorded = {
+        row["last_replay_entry_id"]: json.loads(row["payload"])["n"]
+        for row in rows
+        if not row["last_replay_entry_id"].startswith(CLAIM_PREFIX)
+    }
+    assert recorded == published
+    claims = {row["last_replay_entry_id"] for row in rows} - set(published)
+    assert len(claims) == 1 and claims.pop().startswith(CLAIM_PREFIX)
+
+    # a later replay refuses all five, saying which were left claimed
+    later = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix)
+    assert later.replayed == () and r.xlen(stream) == 2
+    whys = sorted(refused.why for refused in later.already_replayed)
+    assert sum("which has not recorded the entry it published" in why for why in whys) == 3
+    assert sum(why.startswith("already replayed 1 time(s), last as entry") for why in whys) == 2
+    # and again=True publishes the three left claimed (here: never published) on purpose
+    again = replay_dead_letters(
+        dlq,
+        endpoint=endpoint,
+        stream_prefix=prefix,
+        again=True,
+        where=f"replay_count = 1 AND last_replay_entry_id LIKE '{CLAIM_PREFIX}%'",
+    )
+    assert len(again.replayed) == 3 and r.xlen(stream) == 5
+    assert sorted(json.loads(f[b"payload"])["n"] for _, f in r.xrange(stream)) == list(range(5))

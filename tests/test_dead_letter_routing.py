@@ -331,6 +331,8 @@ def test_retried_sink_task_records_each_rejected_row_once_and_publishes_each_goo
     with Publisher(options, marker=None, dead_letter_write_id=write_id) as again:
         again.publish(mixed_batch(0, 3000, bad))
     assert DeadLetterTable(dlq).to_arrow().num_rows == 3
+    # not even as hidden duplicates: each rejected row is stored once
+    assert DeadLetterTable(dlq).to_arrow(all_rows=True).num_rows == 3
 
 
 def test_streaming_sink_names_query_and_batch_in_its_dead_letters(
