@@ -406,7 +406,7 @@ def test_big_messages_go_out_in_several_transactions(
         attempt.publish(pa.record_batch({"payload": pa.array(payloads)}))
     # 10 MB of commands in chunks of at most 4 MB: three transactions
     assert r.info("commandstats")["cmdstat_exec"]["calls"] - execs_before == 3
-    assert (attempt.published, r.get(marker)) == (100, b"100")
+    assert (attempt.published, (r.get(marker) or b"").split(b":")[0]) == (100, b"100")
     with Publisher(options, marker=marker) as retry:
         retry.publish(pa.record_batch({"payload": pa.array(payloads)}))
     assert (retry.published, retry.skipped) == (0, 100)
