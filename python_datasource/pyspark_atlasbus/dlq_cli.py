@@ -1,6 +1,8 @@
 """``atlasbus dlq show | summary | replay``: the dead-letter table from a terminal.
 
-Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM.
+Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM. ``replay``
+is ``atlasbus.dead_letters.replay_dead_letters``: it claims the dead letters in the table before
+publishing them, so two runs at once publish each one once (docs/dead-letters.md, Replay).
 """
 
 from __future__ import annotations
@@ -88,8 +90,10 @@ def register(subparsers: Any) -> None:
         help="re-publish dead letters to their topics",
         description="Re-publish the chosen dead letters to {stream-prefix}:{topic} in the wire "
         "format, with delivery_attempts one higher, and record replay_count, last_replayed_at "
-        "and last_replay_entry_id in the table. Dead letters already replayed are refused "
-        "unless --again. Exit status 1 when a chosen dead letter was not replayed.",
+        "and last_replay_entry_id in the table. Each dead letter is first claimed in the table "
+        "(a conditional Delta MERGE), so runs started at the same time publish it once between "
+        "them. Dead letters already replayed, or claimed by another run, are refused unless "
+        "--again. Exit status 1 when a chosen dead letter was not replayed.",
     )
     _common(replay)
     replay.add_argument("--limit", type=_positive, help="replay at most this many, oldest first")
