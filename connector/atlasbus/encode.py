@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pat
 
 from atlasbus import envelope as wire
-from atlasbus import sink_options as cols
+from atlasbus import sink_columns as cols
 from atlasbus.sink_options import SinkOptions, topic_problem
 
 TEXT = pa.large_string()

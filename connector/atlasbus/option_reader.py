@@ -2,13 +2,20 @@
 
 Keys are case-insensitive, as in Spark. Every accessor records the key it read, so anything
 left over at the end is an unknown option and can be refused with the list of valid ones.
+``parse_shared_options`` reads what the source and the sink have in common (the endpoint, the
+stream prefix and the dead-letter table), so both parse and word those the same way. Runs on
+the driver when a DataFrame is defined or a write starts; no I/O.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import overload
 
+from atlasbus import option_keys as keys
+from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError
 
 
@@ -28,12 +35,21 @@ class OptionReader:
         value = self._values.get(name.lower())
         return default if value is None else value
 
-    def required_text(self, name: str, value: str | None) -> str | None:
+    def non_empty(self, name: str) -> str | None:
+        """The value as given (not stripped), ``None`` if absent; blank is an error."""
+        value = self.string(name)
         if value is not None and not value.strip():
             raise ConfigurationError(f"option '{name}' must not be empty")
         return value
 
-    def positive_int(self, name: str, default: int | None = None) -> int | None:
+    @overload
+    def positive_int(self, name: str) -> int | None: ...
+
+    @overload
+    def positive_int(self, name: str, *, default: int) -> int: ...
+
+    def positive_int(self, name: str, *, default: int | None = None) -> int | None:
+        """The option as an integer > 0; ``default`` when it is absent."""
         raw = self.string(name)
         if raw is None:
             return default
@@ -92,3 +108,26 @@ class OptionReader:
             raise ConfigurationError(
                 f"unknown option '{given}'.{hint} Accepted options: {', '.join(accepted_names)}"
             )
+
+
+@dataclass(frozen=True)
+class SharedOptions:
+    """The options the source and the sink share, parsed the same way for both."""
+
+    endpoint: RedisEndpoint
+    stream_prefix: str
+    dead_letter_table: str | None
+
+
+def parse_shared_options(reader: OptionReader) -> SharedOptions:
+    """``url``/``username``/``password``, ``streamPrefix`` and ``deadLetterTable``."""
+    endpoint = RedisEndpoint.from_options(
+        reader.string(keys.URL), reader.string(keys.USERNAME), reader.string(keys.PASSWORD)
+    )
+    prefix = reader.non_empty(keys.STREAM_PREFIX)
+    table = reader.non_empty(keys.DEAD_LETTER_TABLE)
+    return SharedOptions(
+        endpoint=endpoint,
+        stream_prefix=keys.DEFAULT_STREAM_PREFIX if prefix is None else prefix,
+        dead_letter_table=None if table is None else table.strip(),
+    )

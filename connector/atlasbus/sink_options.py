@@ -1,7 +1,8 @@
 """The sink's options and input columns, checked once when a write or a query starts.
 
 Parsing does no I/O, so a bad option or an unknown column fails before any task runs. The
-input columns are checked on the Arrow form of the DataFrame's schema, which keeps Spark out.
+input columns (named in ``sink_columns``) are checked on the Arrow form of the DataFrame's
+schema, which keeps Spark out. Option keys live in ``option_keys``.
 """
 
 from __future__ import annotations
@@ -10,58 +11,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.types as pat
 
+from atlasbus import option_keys as keys
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError
-from atlasbus.option_reader import OptionReader
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.option_reader import OptionReader, parse_shared_options
+from atlasbus.sink_columns import ACCEPTED_TYPES, INPUT_COLUMNS, PAYLOAD_COLUMN, TOPIC_COLUMN
 
-DEFAULT_STREAM_PREFIX = "atlas_bus"
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_STREAM_PREFIX",
+    "TOPIC_RULE",
+    "SinkOptions",
+    "check_input_schema",
+    "parse_sink_options",
+    "topic_problem",
+]
+
 DEFAULT_MAX_MESSAGE_BYTES = 262_144
-
-URL = "url"
-USERNAME = "username"
-PASSWORD = "password"
-STREAM_PREFIX = "streamPrefix"
-TOPIC = "topic"
-MAX_LEN = "maxLen"
-MAX_MESSAGE_BYTES = "maxMessageBytes"
-EXACTLY_ONCE = "exactlyOnce"
-DEAD_LETTER_TABLE = "deadLetterTable"
-
-SINK_OPTIONS = (
-    URL,
-    USERNAME,
-    PASSWORD,
-    STREAM_PREFIX,
-    TOPIC,
-    MAX_LEN,
-    MAX_MESSAGE_BYTES,
-    EXACTLY_ONCE,
-    DEAD_LETTER_TABLE,
-)
-
-# Spark adds these to a write's options itself; they are not ours to refuse.
-SPARK_WRITE_OPTIONS = ("path", "checkpointLocation", "queryName")
-
-# Input columns the sink accepts, in wire-format order.
-PAYLOAD_COLUMN = "payload"
-TOPIC_COLUMN = "topic"
-PRIORITY_COLUMN = "priority"
-CORRELATION_ID_COLUMN = "correlation_id"
-TRACING_COLUMN = "tracing"
-METADATA_COLUMN = "metadata"
-DELIVERY_ATTEMPTS_COLUMN = "delivery_attempts"
-
-INPUT_COLUMNS = (
-    TOPIC_COLUMN,
-    PRIORITY_COLUMN,
-    PAYLOAD_COLUMN,
-    CORRELATION_ID_COLUMN,
-    TRACING_COLUMN,
-    METADATA_COLUMN,
-    DELIVERY_ATTEMPTS_COLUMN,
-)
 
 
 @dataclass(frozen=True)
@@ -83,25 +51,23 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the sink options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
-    endpoint = RedisEndpoint.from_options(
-        reader.string(URL), reader.string(USERNAME), reader.string(PASSWORD)
-    )
-    prefix = reader.required_text(STREAM_PREFIX, reader.string(STREAM_PREFIX))
-    topic = reader.required_text(TOPIC, reader.string(TOPIC))
+    shared = parse_shared_options(reader)
+    topic = reader.non_empty(keys.TOPIC)
     problem = None if topic is None else topic_problem(topic)
     if problem is not None:
-        raise ConfigurationError(f"option 'topic' {problem}")
+        raise ConfigurationError(f"option '{keys.TOPIC}' {problem}")
     parsed = SinkOptions(
-        endpoint=endpoint,
-        stream_prefix=prefix or DEFAULT_STREAM_PREFIX,
+        endpoint=shared.endpoint,
+        stream_prefix=shared.stream_prefix,
         topic=topic,
-        max_len=reader.positive_int(MAX_LEN),
-        max_message_bytes=reader.positive_int(MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES)
-        or DEFAULT_MAX_MESSAGE_BYTES,
-        exactly_once=reader.boolean(EXACTLY_ONCE, True),
-        dead_letter_table=_dead_letter_table(reader),
+        max_len=reader.positive_int(keys.MAX_LEN),
+        max_message_bytes=reader.positive_int(
+            keys.MAX_MESSAGE_BYTES, default=DEFAULT_MAX_MESSAGE_BYTES
+        ),
+        exactly_once=reader.boolean(keys.EXACTLY_ONCE, True),
+        dead_letter_table=shared.dead_letter_table,
     )
-    reader.reject_unknown(SINK_OPTIONS, ignored=SPARK_WRITE_OPTIONS)
+    reader.reject_unknown(keys.SINK_OPTIONS, ignored=keys.SPARK_WRITE_OPTIONS)
     return parsed
 
 
@@ -146,11 +112,6 @@ def topic_problem(topic: str) -> str | None:
     return None
 
 
-def _dead_letter_table(reader: OptionReader) -> str | None:
-    raw = reader.required_text(DEAD_LETTER_TABLE, reader.string(DEAD_LETTER_TABLE))
-    return raw.strip() if raw is not None else None
-
-
 def check_input_schema(schema: pa.Schema, options: SinkOptions) -> None:
     """Refuse unknown, duplicate, missing or mistyped input columns before any task runs."""
     names = list(schema.names)
@@ -177,35 +138,6 @@ def check_input_schema(schema: pa.Schema, options: SinkOptions) -> None:
             "the atlasbus sink needs a topic: add a 'topic' column or set option 'topic'"
         )
     for field in schema:
-        expected = _EXPECTED_TYPES[field.name]
-        if not _TYPE_CHECKS[field.name](field.type):
+        accepts, expected = ACCEPTED_TYPES[field.name]
+        if not accepts(field.type):
             raise ConfigurationError(f"column '{field.name}' must be {expected}, got {field.type}")
-
-
-def _is_text(t: pa.DataType) -> bool:
-    return bool(pat.is_string(t) or pat.is_large_string(t))
-
-
-def _is_json_like(t: pa.DataType) -> bool:
-    return _is_text(t) or bool(pat.is_struct(t) or pat.is_map(t))
-
-
-_TYPE_CHECKS = {
-    TOPIC_COLUMN: _is_text,
-    PRIORITY_COLUMN: pat.is_integer,
-    PAYLOAD_COLUMN: _is_json_like,
-    CORRELATION_ID_COLUMN: _is_text,
-    TRACING_COLUMN: _is_json_like,
-    METADATA_COLUMN: _is_json_like,
-    DELIVERY_ATTEMPTS_COLUMN: pat.is_integer,
-}
-
-_EXPECTED_TYPES = {
-    TOPIC_COLUMN: "a string",
-    PRIORITY_COLUMN: "an integer",
-    PAYLOAD_COLUMN: "JSON text (string), a struct or a map",
-    CORRELATION_ID_COLUMN: "a string",
-    TRACING_COLUMN: "a map, a struct or JSON text (string)",
-    METADATA_COLUMN: "a map, a struct or JSON text (string)",
-    DELIVERY_ATTEMPTS_COLUMN: "an integer",
-}

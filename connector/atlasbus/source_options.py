@@ -11,57 +11,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from atlasbus import option_keys as keys
 from atlasbus.connection import RedisEndpoint
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError, OffsetError
-from atlasbus.option_reader import OptionReader
+from atlasbus.option_reader import OptionReader, parse_shared_options
 
-DEFAULT_STREAM_PREFIX = "atlas_bus"
+__all__ = [
+    "DEFAULT_MAX_ENTRIES_PER_PARTITION",
+    "DEFAULT_PAGE_SIZE",
+    "SourceOptions",
+    "StartingPosition",
+    "Subscription",
+    "parse_source_options",
+]
+
 # A task costs Spark about 0.1-0.2 s whatever its size; at 150-200k entries/s per core a
 # 250k-entry task keeps that under 10% while still splitting a hot stream (docs/benchmarks.md).
 DEFAULT_MAX_ENTRIES_PER_PARTITION = 250_000
 DEFAULT_PAGE_SIZE = 1_000
-
-URL = "url"
-USERNAME = "username"
-PASSWORD = "password"
-STREAM_PREFIX = "streamPrefix"
-TOPICS = "topics"
-TOPIC_PATTERN = "topicPattern"
-STREAMS = "streams"
-STARTING_OFFSETS = "startingOffsets"
-STARTING_TIMESTAMP = "startingTimestamp"
-ENDING_OFFSETS = "endingOffsets"
-GROUP = "group"
-MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
-MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
-FAIL_ON_DATA_LOSS = "failOnDataLoss"
-FORMAT = "format"
-INCLUDE_RAW_FIELDS = "includeRawFields"
-PAGE_SIZE = "pageSize"
-DEAD_LETTER_TABLE = "deadLetterTable"
-TRIM_CONSUMED = "trimConsumed"
-
-SOURCE_OPTIONS = (
-    URL,
-    USERNAME,
-    PASSWORD,
-    STREAM_PREFIX,
-    TOPICS,
-    TOPIC_PATTERN,
-    STREAMS,
-    STARTING_OFFSETS,
-    STARTING_TIMESTAMP,
-    ENDING_OFFSETS,
-    GROUP,
-    MAX_ENTRIES_PER_TRIGGER,
-    MAX_ENTRIES_PER_PARTITION,
-    FAIL_ON_DATA_LOSS,
-    FORMAT,
-    INCLUDE_RAW_FIELDS,
-    PAGE_SIZE,
-    DEAD_LETTER_TABLE,
-)
 
 StartKind = Literal["earliest", "latest", "group", "offsets", "timestamp"]
 ReadFormat = Literal["envelope", "raw"]
@@ -116,7 +84,6 @@ class StartingPosition:
 
     kind: StartKind = "earliest"
     offsets: Mapping[str, EntryId] = field(default_factory=dict)
-    default_for_unlisted: Literal["earliest", "latest"] = "earliest"
     timestamp_ms: int | None = None
 
 
@@ -142,52 +109,47 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
     reader.reject_unsupported(
-        (TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
+        (keys.TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
     )
-    endpoint = RedisEndpoint.from_options(
-        reader.string(URL), reader.string(USERNAME), reader.string(PASSWORD)
-    )
-    prefix = reader.required_text(STREAM_PREFIX, reader.string(STREAM_PREFIX))
-    subscription = _parse_subscription(reader, prefix or DEFAULT_STREAM_PREFIX)
-    group = reader.required_text(GROUP, reader.string(GROUP))
+    shared = parse_shared_options(reader)
+    subscription = _parse_subscription(reader, shared.stream_prefix)
+    group = reader.non_empty(keys.GROUP)
     starting = _parse_starting(reader, subscription, group)
     ending = _parse_ending(reader, subscription)
     parsed = SourceOptions(
-        endpoint=endpoint,
+        endpoint=shared.endpoint,
         subscription=subscription,
         starting=starting,
         ending=ending,
         group=group.strip() if group else None,
-        max_entries_per_trigger=reader.positive_int(MAX_ENTRIES_PER_TRIGGER),
+        max_entries_per_trigger=reader.positive_int(keys.MAX_ENTRIES_PER_TRIGGER),
         max_entries_per_partition=reader.positive_int(
-            MAX_ENTRIES_PER_PARTITION, DEFAULT_MAX_ENTRIES_PER_PARTITION
-        )
-        or DEFAULT_MAX_ENTRIES_PER_PARTITION,
-        fail_on_data_loss=reader.boolean(FAIL_ON_DATA_LOSS, True),
+            keys.MAX_ENTRIES_PER_PARTITION, default=DEFAULT_MAX_ENTRIES_PER_PARTITION
+        ),
+        fail_on_data_loss=reader.boolean(keys.FAIL_ON_DATA_LOSS, True),
         format="raw"
-        if reader.choice(FORMAT, ("envelope", "raw"), "envelope") == "raw"
+        if reader.choice(keys.FORMAT, ("envelope", "raw"), "envelope") == "raw"
         else "envelope",
-        include_raw_fields=reader.boolean(INCLUDE_RAW_FIELDS, False),
-        page_size=reader.positive_int(PAGE_SIZE, DEFAULT_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
-        dead_letter_table=_dead_letter_table(reader),
+        include_raw_fields=reader.boolean(keys.INCLUDE_RAW_FIELDS, False),
+        page_size=reader.positive_int(keys.PAGE_SIZE, default=DEFAULT_PAGE_SIZE),
+        dead_letter_table=shared.dead_letter_table,
     )
     if parsed.dead_letter_table is not None and parsed.format == "raw":
         raise ConfigurationError(
-            "option 'deadLetterTable' needs format=envelope: format=raw does not decode "
-            "entries, so none is malformed; remove one of the two options"
+            f"option '{keys.DEAD_LETTER_TABLE}' needs format=envelope: format=raw does not "
+            "decode entries, so none is malformed; remove one of the two options"
         )
-    reader.reject_unknown((*SOURCE_OPTIONS, TRIM_CONSUMED), ignored=("path",))
+    reader.reject_unknown(
+        (*keys.SOURCE_OPTIONS, keys.TRIM_CONSUMED), ignored=keys.SPARK_READ_OPTIONS
+    )
     return parsed
-
-
-def _dead_letter_table(reader: OptionReader) -> str | None:
-    raw = reader.required_text(DEAD_LETTER_TABLE, reader.string(DEAD_LETTER_TABLE))
-    return raw.strip() if raw is not None else None
 
 
 def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:
     given = {
-        name: reader.string(name) for name in (TOPICS, TOPIC_PATTERN, STREAMS) if reader.has(name)
+        name: reader.string(name)
+        for name in (keys.TOPICS, keys.TOPIC_PATTERN, keys.STREAMS)
+        if reader.has(name)
     }
     if len(given) != 1:
         which = f"got {', '.join(given)}" if given else "got none"
@@ -198,7 +160,7 @@ def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:
         )
     name, raw = next(iter(given.items()))
     text = (raw or "").strip()
-    if name == TOPIC_PATTERN:
+    if name == keys.TOPIC_PATTERN:
         if not text:
             raise ConfigurationError("option 'topicPattern' must not be empty, e.g. 'orders.*'")
         return Subscription("pattern", (text,), prefix)
@@ -210,14 +172,14 @@ def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:
     duplicates = sorted({item for item in items if items.count(item) > 1})
     if duplicates:
         raise ConfigurationError(f"option '{name}' lists {', '.join(duplicates)} more than once")
-    return Subscription("topics" if name == TOPICS else "streams", tuple(items), prefix)
+    return Subscription("topics" if name == keys.TOPICS else "streams", tuple(items), prefix)
 
 
 def _parse_starting(
     reader: OptionReader, subscription: Subscription, group: str | None
 ) -> StartingPosition:
-    raw = reader.string(STARTING_OFFSETS)
-    timestamp_raw = reader.string(STARTING_TIMESTAMP)
+    raw = reader.string(keys.STARTING_OFFSETS)
+    timestamp_raw = reader.string(keys.STARTING_TIMESTAMP)
     if timestamp_raw is not None:
         if raw is not None:
             raise ConfigurationError(
@@ -250,12 +212,12 @@ def _parse_starting(
             "option 'startingOffsets' must be earliest, latest, group, or a JSON object like "
             f'{{"topic": "1700000000000-0"}}, got {raw!r}'
         )
-    offsets = _parse_offsets_json(STARTING_OFFSETS, text, subscription, allow_keywords=True)
+    offsets = _parse_offsets_json(keys.STARTING_OFFSETS, text, subscription, allow_keywords=True)
     return StartingPosition("offsets", offsets=offsets)
 
 
 def _parse_ending(reader: OptionReader, subscription: Subscription) -> Mapping[str, EntryId] | None:
-    raw = reader.string(ENDING_OFFSETS)
+    raw = reader.string(keys.ENDING_OFFSETS)
     if raw is None or raw.strip().lower() == "latest":
         return None
     if not raw.strip().startswith("{"):
@@ -263,7 +225,7 @@ def _parse_ending(reader: OptionReader, subscription: Subscription) -> Mapping[s
             "option 'endingOffsets' must be latest or a JSON object like "
             f'{{"topic": "1700000000000-0"}}, got {raw!r}'
         )
-    return _parse_offsets_json(ENDING_OFFSETS, raw.strip(), subscription, allow_keywords=False)
+    return _parse_offsets_json(keys.ENDING_OFFSETS, raw.strip(), subscription, allow_keywords=False)
 
 
 def _parse_offsets_json(

@@ -1,0 +1,77 @@
+"""Every option name the source and the sink accept, in one place, as Spark spells them.
+
+Spark passes options with any key case; ``OptionReader`` compares them case-insensitively, so
+these constants are the canonical spelling shown in errors and docs (docs/options.md).
+"""
+
+from __future__ import annotations
+
+# --- shared by the source and the sink -------------------------------------------------------
+URL = "url"
+USERNAME = "username"
+PASSWORD = "password"
+STREAM_PREFIX = "streamPrefix"
+DEAD_LETTER_TABLE = "deadLetterTable"
+
+DEFAULT_STREAM_PREFIX = "atlas_bus"
+
+# --- source ----------------------------------------------------------------------------------
+TOPICS = "topics"
+TOPIC_PATTERN = "topicPattern"
+STREAMS = "streams"
+STARTING_OFFSETS = "startingOffsets"
+STARTING_TIMESTAMP = "startingTimestamp"
+ENDING_OFFSETS = "endingOffsets"
+GROUP = "group"
+MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
+MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+FORMAT = "format"
+INCLUDE_RAW_FIELDS = "includeRawFields"
+PAGE_SIZE = "pageSize"
+TRIM_CONSUMED = "trimConsumed"  # documented but refused in this release
+
+SOURCE_OPTIONS = (
+    URL,
+    USERNAME,
+    PASSWORD,
+    STREAM_PREFIX,
+    TOPICS,
+    TOPIC_PATTERN,
+    STREAMS,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    ENDING_OFFSETS,
+    GROUP,
+    MAX_ENTRIES_PER_TRIGGER,
+    MAX_ENTRIES_PER_PARTITION,
+    FAIL_ON_DATA_LOSS,
+    FORMAT,
+    INCLUDE_RAW_FIELDS,
+    PAGE_SIZE,
+    DEAD_LETTER_TABLE,
+)
+
+# Spark adds these to a read's options itself; they are not ours to refuse.
+SPARK_READ_OPTIONS = ("path",)
+
+# --- sink ------------------------------------------------------------------------------------
+TOPIC = "topic"
+MAX_LEN = "maxLen"
+MAX_MESSAGE_BYTES = "maxMessageBytes"
+EXACTLY_ONCE = "exactlyOnce"
+
+SINK_OPTIONS = (
+    URL,
+    USERNAME,
+    PASSWORD,
+    STREAM_PREFIX,
+    TOPIC,
+    MAX_LEN,
+    MAX_MESSAGE_BYTES,
+    EXACTLY_ONCE,
+    DEAD_LETTER_TABLE,
+)
+
+# Spark adds these to a write's options itself; they are not ours to refuse.
+SPARK_WRITE_OPTIONS = ("path", "checkpointLocation", "queryName")
