@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from atlasbus.errors import ConfigurationError, RedisUnavailableError
@@ -70,13 +72,21 @@ class RedisEndpoint:
         return f"RedisEndpoint({self.description})"
 
     def client(self) -> redis.Redis:
-        """This process's client for the endpoint (created on first use, then reused)."""
+        """This process's client for the endpoint (created on first use, then reused).
+
+        The connect and its PING run outside the lock, so one slow server does not hold up
+        threads that use another; if two threads connect at once, the first one cached wins.
+        """
         key = (self.url, self.username, self.password)
         with _clients_lock:
             existing = _clients.get(key)
-            if existing is None:
-                existing = self._connect()
-                _clients[key] = existing
+        if existing is not None:
+            return existing
+        created = self._connect()
+        with _clients_lock:
+            existing = _clients.setdefault(key, created)
+        if existing is not created:
+            created.close()
         return existing
 
     def _connect(self) -> redis.Redis:
@@ -100,7 +110,7 @@ class RedisEndpoint:
 
 
 _clients: dict[tuple[str, str | None, str | None], redis.Redis] = {}
-_clients_lock = threading.RLock()  # re-entered when a failed connect is forgotten
+_clients_lock = threading.Lock()
 
 
 def forget_clients() -> None:
@@ -111,48 +121,66 @@ def forget_clients() -> None:
         _clients.clear()
 
 
-class translate_errors:
+@contextmanager
+def translate_errors(endpoint: RedisEndpoint) -> Iterator[None]:
     """Turn redis-py's connection and auth errors into ``RedisUnavailableError``.
 
-    The message names host and port and what to check, never the password.
+    The message names host and port and what to check, never the password. A connection
+    error also drops the process's cached client, so the next use connects afresh.
     """
+    import redis
 
-    def __init__(self, endpoint: RedisEndpoint) -> None:
-        self.endpoint = endpoint
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, exc_type: type | None, exc: BaseException | None, tb: object
-    ) -> Literal[False]:
-        if exc is None:
-            return False
-        import redis
-
-        where = self.endpoint.description
-        if isinstance(exc, redis.AuthenticationError) or (
-            isinstance(exc, redis.ResponseError)
-            and str(exc).startswith(("WRONGPASS", "NOAUTH", "NOPERM"))
+    try:
+        yield
+    except (redis.AuthenticationError, redis.ResponseError) as exc:
+        if isinstance(exc, redis.ResponseError) and not str(exc).startswith(
+            ("WRONGPASS", "NOAUTH", "NOPERM")
         ):
-            detail = str(exc).split(".")[0]
-            raise RedisUnavailableError(
-                f"Redis at {where} refused {self.endpoint.user_description}: {detail}. Check the "
-                "'username' and 'password' options (or the credentials in 'url')."
-            ) from None
-        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            _forget(self.endpoint)
-            detail = _scrub(str(exc), self.endpoint).rstrip(".")
-            raise RedisUnavailableError(
-                f"cannot reach Redis at {where}: {detail}. Check that "
-                "the server is running and that option 'url' (or $REDIS_URL) points to it."
-            ) from None
-        return False
+            raise
+        detail = str(exc).split(".")[0]
+        raise RedisUnavailableError(
+            f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
+            "Check the 'username' and 'password' options (or the credentials in 'url')."
+        ) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        _forget(endpoint)
+        detail = _scrub(str(exc), endpoint).rstrip(".")
+        raise RedisUnavailableError(
+            f"cannot reach Redis at {endpoint.description}: {detail}. Check that "
+            "the server is running and that option 'url' (or $REDIS_URL) points to it."
+        ) from None
+
+
+@contextmanager
+def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
+    """Borrow one pooled connection of the process's client for raw commands; executor or driver.
+
+    Raw use (``send_command``/``read_response``) skips redis-py's reply parsing. A connection
+    left with a reply unread (an error, or a reader stopped early) is closed, never handed to
+    the next user.
+    """
+    client = endpoint.client()
+    pool = client.connection_pool
+    with translate_errors(endpoint):
+        try:
+            connection = pool.get_connection()
+        except TypeError:  # redis-py before 5.3 wants a command name
+            connection = pool.get_connection("XRANGE")
+    clean = False
+    try:
+        yield connection
+        clean = True
+    finally:
+        if not clean:
+            connection.disconnect()  # type: ignore[no-untyped-call]
+        pool.release(connection)
 
 
 def _forget(endpoint: RedisEndpoint) -> None:
     with _clients_lock:
-        _clients.pop((endpoint.url, endpoint.username, endpoint.password), None)
+        client = _clients.pop((endpoint.url, endpoint.username, endpoint.password), None)
+    if client is not None:
+        client.close()
 
 
 def _scrub(message: str, endpoint: RedisEndpoint) -> str:

@@ -82,9 +82,6 @@ class StreamOffsets(Mapping[str, EntryId]):
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
-    def updated(self, changes: Mapping[str, EntryId]) -> StreamOffsets:
-        return StreamOffsets({**self._positions, **changes})
-
     def __getitem__(self, stream: str) -> EntryId:
         return self._positions[stream]
 

@@ -29,18 +29,18 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from atlasbus.connection import RedisEndpoint, translate_errors
+from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.encode import EncodedBatch, encode_batch
 from atlasbus.errors import PublishError
 from atlasbus.sink_options import SinkOptions
 
 if TYPE_CHECKING:
-    import redis
 
     from atlasbus.dead_letters import QueryContext
 
@@ -107,7 +107,7 @@ class Publisher:
         self._held: list[pa.RecordBatch] | None = None
         self._held_rows = 0
         self._conn: Any = None
-        self._client: redis.Redis | None = None
+        self._borrowed: ExitStack | None = None  # returns the connection to its pool
 
     # --- connection ---------------------------------------------------------------------------
 
@@ -121,26 +121,26 @@ class Publisher:
         tb: TracebackType | None,
     ) -> None:
         conn, self._conn = self._conn, None
-        if conn is None or self._client is None:
+        stack, self._borrowed = self._borrowed, None
+        if conn is None or stack is None:
             return
         if exc is None and self.marker is not None:
             try:
+                self._conn = conn
                 self._roundtrip([_UNWATCH], 1)
-            except Exception:
-                conn.disconnect()
-        elif exc is not None:
-            conn.disconnect()  # a half-read reply or an open MULTI must not reach the next user
-        self._client.connection_pool.release(conn)
+            except Exception as unwatch_failed:  # a half-read reply must not reach the next user
+                stack.__exit__(type(unwatch_failed), unwatch_failed, None)
+                return
+            finally:
+                self._conn = None
+        # an error leaves a half-read reply or an open MULTI: the connection is closed then
+        stack.__exit__(exc_type, exc, tb)
 
     def _connection(self) -> Any:
         if self._conn is None:
-            self._client = self.options.endpoint.client()
-            pool = self._client.connection_pool
-            with translate_errors(self.options.endpoint):
-                try:
-                    self._conn = pool.get_connection()
-                except TypeError:  # redis-py before 5.3 wants a command name
-                    self._conn = pool.get_connection("XADD")
+            stack = ExitStack()
+            self._conn = stack.enter_context(raw_connection(self.options.endpoint))
+            self._borrowed = stack
             if self.marker is not None:
                 replies = self._roundtrip(
                     [_resp("WATCH", self.marker), _resp("GET", self.marker)], 2

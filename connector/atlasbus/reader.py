@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from atlasbus.connection import translate_errors
+from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import RawEntry, decode_envelope_page, decode_envelopes, decode_raw
 from atlasbus.planning import ReadRange
@@ -43,41 +43,35 @@ def read_range(
     from the task's local properties). Runs on executors.
     """
     decode = _decoder(options, read, context)
-    client = options.endpoint.client()
-    pool = client.connection_pool
-    with translate_errors(options.endpoint):  # a Redis gone since the client was cached
-        connection = pool.get_connection()
-    awaiting_reply = False
     page_size = options.page_size
     batch_rows = max(TARGET_BATCH_ROWS, page_size)
     upto = str(read.upto)
     found = 0
-    try:
-        with translate_errors(options.endpoint), _cyclic_gc_paused():
-            connection.send_command(  # type: ignore[no-untyped-call]
-                "XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size
-            )
-            awaiting_reply = True
-            pending: list[RawEntry] = []
-            while awaiting_reply:
-                page = connection.read_response()
-                awaiting_reply = False
-                if len(page) == page_size:
-                    connection.send_command(  # type: ignore[no-untyped-call]
-                        "XRANGE", read.stream, b"(" + page[-1][0], upto, "COUNT", page_size
-                    )
-                    awaiting_reply = True
-                pending.extend(page)
-                found += len(page)
-                if len(pending) >= batch_rows:
-                    yield decode(pending)
-                    pending = []
-            if pending:
+    with (
+        raw_connection(options.endpoint) as connection,
+        translate_errors(options.endpoint),
+        _cyclic_gc_paused(),
+    ):
+        connection.send_command(
+            "XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size
+        )
+        awaiting_reply = True
+        pending: list[RawEntry] = []
+        while awaiting_reply:
+            page = connection.read_response()
+            awaiting_reply = False
+            if len(page) == page_size:
+                connection.send_command(
+                    "XRANGE", read.stream, b"(" + page[-1][0], upto, "COUNT", page_size
+                )
+                awaiting_reply = True
+            pending.extend(page)
+            found += len(page)
+            if len(pending) >= batch_rows:
                 yield decode(pending)
-    finally:
-        if awaiting_reply:
-            connection.disconnect()  # type: ignore[no-untyped-call]
-        pool.release(connection)
+                pending = []
+        if pending:
+            yield decode(pending)
     _check_nothing_vanished(options, read, found, context)
 
 

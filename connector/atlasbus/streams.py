@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from atlasbus.connection import RedisEndpoint, translate_errors
+from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.source_options import Subscription
 
@@ -143,31 +143,21 @@ class StreamCatalog:
         IDs are kept.
         """
         position, walked = after, 0
-        client = self._redis
-        pool = client.connection_pool
-        with translate_errors(self.endpoint):
-            connection = pool.get_connection()
-        try:
-            with translate_errors(self.endpoint):
-                while budget is None or walked < budget:
-                    count = _WALK_PAGE if budget is None else min(budget - walked, _WALK_PAGE)
-                    connection.send_command(  # type: ignore[no-untyped-call]
-                        "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
-                    )
-                    page = connection.read_response()
-                    if not page:
-                        break
-                    ids = [entry[0] for entry in page]
-                    walk.feed(ids)
-                    position = EntryId.parse(ids[-1])
-                    walked += len(ids)
-                    if len(ids) < count:
-                        break
-        except BaseException:
-            connection.disconnect()  # type: ignore[no-untyped-call]
-            raise
-        finally:
-            pool.release(connection)
+        with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
+            while budget is None or walked < budget:
+                count = _WALK_PAGE if budget is None else min(budget - walked, _WALK_PAGE)
+                connection.send_command(
+                    "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
+                )
+                page = connection.read_response()
+                if not page:
+                    break
+                ids = [entry[0] for entry in page]
+                walk.feed(ids)
+                position = EntryId.parse(ids[-1])
+                walked += len(ids)
+                if len(ids) < count:
+                    break
         return position, walked
 
     def last_at_or_before(self, stream: str, position: EntryId) -> EntryId | None:
@@ -257,13 +247,6 @@ def _stream_info(reply: Any) -> StreamInfo:
         max_deleted=EntryId.parse(max_deleted) if max_deleted is not None else None,
         entries_added=int(added) if added is not None else None,
     )
-
-
-def first_position(info: StreamInfo | None) -> EntryId:
-    """The position just before a stream's first entry: where ``earliest`` starts."""
-    if info is None or info.first is None:
-        return ZERO
-    return info.first.predecessor()
 
 
 def last_position(info: StreamInfo | None) -> EntryId:
