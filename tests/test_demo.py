@@ -1,11 +1,14 @@
 """`atlasbus demo` end to end, in a subprocess as a user runs it.
 
-Its printed summary must match the tables it leaves behind and the streams in Redis; Ctrl-C
-stops it cleanly with a summary that still adds up; the explorer notebook works on its tables.
+Its printed summary must match the tables it leaves behind and the streams in Redis; its
+progress lines add up at every tick; its next steps run as printed and never show the Redis
+password; Ctrl-C stops it cleanly with a summary that still adds up; the explorer notebook works
+on its tables.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -14,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,11 +27,17 @@ from deltalake import DeltaTable
 
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.decode import REASONS, decode_envelope_page
+from atlasbus.redis_server import RedisServer
 from atlasbus.traffic import TOPICS, TrafficGenerator
 from pyspark_atlasbus.demo import GROUP, STREAM_PREFIX
 from test_notebooks import execute_notebook, images, text
 
 DEMO = [sys.executable, "-m", "pyspark_atlasbus.cli", "demo"]
+PASSWORD = "s3cret-demo-pw"
+PROGRESS = re.compile(
+    r"^published\s+([\d,]+) \| read\s+([\d,]+) = written\s+([\d,]+) "
+    r"\+ dead letters\s+([\d,]+) \| lag\s+([\d,]+) \| batch (\S+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,7 @@ class DemoRun:
     stdout: str
     stderr: str
     output: Path
+    url: str | None = None
 
     def number(self, label: str) -> int:
         match = re.search(rf"^{re.escape(label)}:\s+(\d+)", self.stdout, re.MULTILINE)
@@ -51,17 +62,63 @@ class DemoRun:
 
 
 @pytest.fixture(scope="module")
-def demo_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    """One short demo against the session's redis-server (``--url``), so Redis can be checked."""
+def demo_redis_url() -> Iterator[str]:
+    """A redis-server of the module's own that wants a password, and its URL with it."""
+    with RedisServer() as server:
+        redis.Redis(port=server.port).config_set("requirepass", PASSWORD)
+        yield f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+@pytest.fixture(scope="module")
+def demo_run(demo_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """One short demo against a server given with ``--url`` (with a password), so Redis can be
+    checked after it."""
     workdir = tmp_path_factory.mktemp("demo")
     done = subprocess.run(
-        [*DEMO, "--url", redis_url, "--duration", "8", "--rate", "600", "--output", "out"],
+        [*DEMO, "--url", demo_redis_url, "--duration", "8", "--rate", "600", "--output", "out"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=workdir,
     )
-    return DemoRun(done.returncode, done.stdout, done.stderr, workdir / "out")
+    return DemoRun(done.returncode, done.stdout, done.stderr, workdir / "out", demo_redis_url)
+
+
+def _progress_figures(stdout: str) -> list[tuple[int, int, int, int, int]]:
+    """(published, read, written, dead letters, lag) of every progress line, checked to add
+    up: read = written + dead letters, published = read + lag, and none goes backwards."""
+    assert stdout.count("progress: published = ") == 1, stdout  # the legend, once
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith("published ") and "|" in line:
+            match = PROGRESS.match(line)
+            assert match, line
+            published, read, written, dead, lag = (
+                int(match.group(i).replace(",", "")) for i in range(1, 6)
+            )
+            assert read == written + dead, line
+            assert published == read + lag, line
+            rows.append((published, read, written, dead, lag))
+    assert rows, stdout
+    for before, after in itertools.pairwise(rows):
+        assert all(a >= b for a, b in zip(after[:4], before[:4], strict=True)), (before, after)
+    return rows
+
+
+def _next_step(stdout: str, words: str) -> str:
+    """The printed next-step command containing ``words``, as a user would copy it."""
+    lines = [line.strip() for line in stdout.splitlines() if words in line]
+    assert len(lines) == 1, stdout
+    return lines[0]
+
+
+def _run_as_printed(command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` in a shell that does not have the virtualenv on PATH (not activated)."""
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    env.pop("REDIS_URL", None)
+    return subprocess.run(
+        command, shell=True, capture_output=True, text=True, timeout=120, env=env, cwd="/"
+    )
 
 
 def _stream_entries(redis_url: str) -> dict[tuple[str, str], list[bytes]]:
@@ -76,7 +133,7 @@ def _stream_entries(redis_url: str) -> dict[tuple[str, str], list[bytes]]:
     return entries
 
 
-def test_demo_summary_matches_its_tables_and_redis(demo_run: DemoRun, redis_url: str) -> None:
+def test_demo_summary_matches_its_tables_and_redis(demo_run: DemoRun) -> None:
     assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-3000:]
     published = demo_run.number("published entries")
     malformed = demo_run.number("  of which malformed")
@@ -95,7 +152,8 @@ def test_demo_summary_matches_its_tables_and_redis(demo_run: DemoRun, redis_url:
     assert set(letters["reason"]) <= set(REASONS)
 
     # ... and together exactly the entries in Redis: each once, the malformed ones dead-lettered.
-    entries = _stream_entries(redis_url)
+    assert demo_run.url is not None
+    entries = _stream_entries(demo_run.url)
     assert len(entries) == published == events + dead
     event_keys = [(row["stream"], row["id"]) for row in event_rows]
     letter_keys = list(zip(letters["stream"], letters["entry_id"], strict=True))
@@ -111,30 +169,58 @@ def test_demo_summary_matches_its_tables_and_redis(demo_run: DemoRun, redis_url:
         assert page.reasons == [reason]
 
     # The consumer group mirrors the query: at the end it has read every stream to its end.
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(demo_run.url)
     for topic in TOPICS:
         stream = f"{STREAM_PREFIX}:{topic}"
         group = next(g for g in client.xinfo_groups(stream) if g["name"].decode() == GROUP)
         assert group["last-delivered-id"] == client.xrevrange(stream, count=1)[0][0]
 
 
-def test_demo_progress_and_next_steps(demo_run: DemoRun) -> None:
-    progress = [
-        line
-        for line in demo_run.stdout.splitlines()
-        if line.startswith("published ") and "|" in line
-    ]
-    assert progress, demo_run.stdout
-    for word in ("read", "written", "dead letters", "lag", "batch"):
-        assert word in progress[-1]
-    assert f"atlasbus dlq summary --table {demo_run.output / 'dead_letters'}" in demo_run.stdout
+def test_demo_progress_adds_up_at_every_tick(demo_run: DemoRun) -> None:
+    assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-3000:]
+    rows = _progress_figures(demo_run.stdout)
+    published, read, written, dead, lag = rows[-1]
+    assert (published, read, written, dead, lag) == (
+        demo_run.number("published entries"),
+        demo_run.number("published entries"),
+        demo_run.number("events written"),
+        demo_run.number("dead letters"),
+        0,
+    )
+    # Spark's start says what it is doing, and the first batch's delay is reported.
+    assert "starting the streaming query" in demo_run.stdout
+    assert re.search(
+        r"first micro-batch committed [\d.]+ s after the traffic started", demo_run.stdout
+    )
+
+
+def test_demo_next_steps_run_as_printed_without_the_password(demo_run: DemoRun) -> None:
+    assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-3000:]
+    everything = demo_run.stdout + demo_run.stderr
+    assert PASSWORD not in everything
+    assert "redis://:***@127.0.0.1:" in demo_run.stdout
+    assert "*** stands for the Redis password" in demo_run.stdout
     assert "dead_letter_explorer.ipynb" in demo_run.stdout
 
+    summary = _next_step(demo_run.stdout, "dlq summary --table")
+    assert summary.endswith(f"atlasbus dlq summary --table {demo_run.output / 'dead_letters'}")
+    done = _run_as_printed(summary)
+    assert done.returncode == 0, done.stderr
+    assert f"{demo_run.number('dead letters')} dead letter(s)" in done.stdout
 
-def test_dead_letter_explorer_on_the_demo_tables(
-    demo_run: DemoRun, redis_url: str, tmp_path: Path
-) -> None:
+    # The replay it suggests has something to replay on the demo's data (a dry run here: the
+    # explorer test replays for real), once *** is replaced by the password as it says.
+    replay = _next_step(demo_run.stdout, "dlq replay --table")
+    done = _run_as_printed(replay.replace("***", PASSWORD) + " --dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    match = re.search(r"would replay (\d+) dead letter\(s\).* 0 not replayable", done.stdout)
+    assert match and int(match.group(1)) > 0, done.stdout
+
+
+def test_dead_letter_explorer_on_the_demo_tables(demo_run: DemoRun, tmp_path: Path) -> None:
     assert demo_run.returncode == 0
+    redis_url = demo_run.url
+    assert redis_url is not None
     table = tmp_path / "dead_letters"
     shutil.copytree(demo_run.output / "dead_letters", table)
     before = _stream_entries(redis_url)
@@ -177,6 +263,7 @@ def test_demo_ctrl_c_stops_cleanly_with_a_summary_that_adds_up(tmp_path: Path) -
     stdout, stderr = demo.communicate(timeout=120)
     stdout = "".join(lines) + stdout
     run = DemoRun(demo.returncode, stdout, stderr, tmp_path / "out")
+    _progress_figures(stdout)
 
     assert demo.returncode == 130, stdout[-2000:] + stderr[-3000:]
     assert "stopping after the current micro-batch" in stdout
@@ -233,6 +320,7 @@ def test_help_reads_well() -> None:
     assert done.returncode == 0
     for option in ("--url", "--duration", "--rate", "--output", "--keep", "examples:"):
         assert option in done.stdout
+    assert "%%" not in done.stdout and "about 1% of the entries" in done.stdout
 
 
 def test_traffic_malformed_entries_get_the_reason_they_were_made_for() -> None:

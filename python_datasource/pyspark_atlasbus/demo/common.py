@@ -1,0 +1,17 @@
+"""Names the demo's parts share: its streams, consumer group, query, exit codes and error type."""
+
+from __future__ import annotations
+
+from atlasbus.traffic import TOPICS
+
+STREAM_PREFIX = "atlasbus_demo"
+STREAMS = tuple(f"{STREAM_PREFIX}:{topic}" for topic in TOPICS)
+GROUP = "atlasbus-demo"
+QUERY_NAME = "atlasbus_demo"
+EVENTS_APP_ID = "atlasbus-demo-events"
+DRAIN_TIMEOUT_S = 60.0
+EXIT_INTERRUPTED = 130
+
+
+class DemoError(Exception):
+    """A problem the user can fix; the message says how. Printed without a traceback."""

@@ -1,0 +1,300 @@
+"""The demo's run: Redis, Spark, the streaming query, the traffic, the drain and the summary.
+
+Order matters for a quick first micro-batch: Spark and the query start first (saying what
+they are doing, one line per phase: they take 10-20 s), the traffic only once the query has
+run its first trigger, so the first batch comes a trigger or two after the traffic starts.
+
+Runs on the driver only: the Spark session, the publisher thread and the progress display all
+live in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from atlasbus.redis_server import RedisServer
+from atlasbus.traffic import TOPICS
+from pyspark_atlasbus.demo.common import (
+    DRAIN_TIMEOUT_S,
+    EXIT_INTERRUPTED,
+    GROUP,
+    QUERY_NAME,
+    STREAM_PREFIX,
+    DemoError,
+)
+from pyspark_atlasbus.demo.progress import Progress
+from pyspark_atlasbus.demo.publisher import TrafficPublisher
+from pyspark_atlasbus.demo.server import connect, reset_streams, start_embedded_redis
+from pyspark_atlasbus.demo.signals import StopRequest, exit_on_sigterm
+from pyspark_atlasbus.demo.summary import Paths, Summary, committed_offsets
+from pyspark_atlasbus.demo.writer import EventsWriter
+
+QUERY_START_TIMEOUT_S = 180.0
+
+
+class Clock:
+    """Prints a phase with the seconds since the demo started: ``[  4.2 s] starting ...``."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:5.1f} s] {text}", flush=True)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Everything but the error reporting of ``atlasbus demo``; returns the exit status."""
+    signal.signal(signal.SIGTERM, exit_on_sigterm)  # so a killed demo still stops Redis
+    clock = Clock()
+    paths = prepare_output(Path(args.output))
+    check_java()
+    server: RedisServer | None = None
+    url: str = args.url
+    if not url:
+        server = start_embedded_redis()
+        url = server.url
+        clock.say(f"embedded redis-server {server.binary} on {url} (in {server.folder})")
+    try:
+        return run_pipeline(args, url, paths, clock, embedded=server is not None)
+    finally:
+        if server is not None:
+            if args.keep:
+                print(
+                    f"redis-server keeps running on {url} (--keep), pid {server.pid}; "
+                    f"stop it with: kill {server.pid}",
+                    flush=True,
+                )
+            else:
+                server.stop()
+
+
+def prepare_output(root: Path) -> Paths:
+    paths = Paths(root.resolve())
+    try:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        for stale in (paths.events, paths.dead_letters, paths.checkpoint):
+            shutil.rmtree(stale, ignore_errors=True)
+        probe = paths.root / ".atlasbus-demo-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise DemoError(
+            f"cannot use --output {root}: {exc.strerror or exc}. Choose a folder you can write to"
+        ) from None
+    return paths
+
+
+def check_java() -> None:
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return
+    raise DemoError(
+        "Spark needs Java 17 or newer and none was found: install a JDK (for example "
+        "`apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
+    )
+
+
+def run_pipeline(
+    args: argparse.Namespace, url: str, paths: Paths, clock: Clock, *, embedded: bool
+) -> int:
+    client = connect(url, embedded)
+    reset_streams(client)
+    clock.say("starting Spark (local[2]): the JVM and a Spark session ...")
+    spark = start_spark(paths.root)
+    stop = StopRequest()
+    previous_handler = signal.signal(signal.SIGINT, stop.handler)
+    publisher = TrafficPublisher(client, args.rate, args.duration)
+    writer = EventsWriter(paths.events, paths.dead_letters)
+    progress = Progress(client, writer)
+    query = None
+    failure: str | None = None
+    try:
+        clock.say(
+            "starting the streaming query: Spark plans it and starts the atlasbus source's "
+            "Python planner ..."
+        )
+        query = start_query(spark, url, paths, writer)
+        failure = wait_until_running(query, stop)
+        if failure is None and not stop.event.is_set():
+            publisher.start()
+            clock.say(
+                f"query running; publishing {args.rate:,.0f} entries/s for {args.duration:g} s "
+                f"to {STREAM_PREFIX}:{{{','.join(TOPICS)}}}; Ctrl-C stops early"
+            )
+            failure = watch(
+                query,
+                publisher,
+                progress,
+                stop,
+                until=lambda: not publisher.is_alive(),
+                clock=clock,
+            )
+        if failure is None and not stop.event.is_set():
+            progress.finish_line()
+            clock.say("traffic done; reading what is left ...")
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            failure = watch(
+                query,
+                publisher,
+                progress,
+                stop,
+                until=lambda: (
+                    progress.caught_up(publisher.published) or time.monotonic() > deadline
+                ),
+                clock=clock,
+            )
+        progress.finish_line()
+        stop_query(query)
+    except KeyboardInterrupt:  # the second Ctrl-C
+        progress.finish_line()
+        print("stopping now ...", flush=True)
+        if query is not None:
+            query.stop()
+    finally:
+        publisher.stop_event.set()
+        if publisher.is_alive():
+            publisher.join(timeout=10)
+        if query is not None and query.isActive:
+            query.stop()
+        spark.stop()
+        signal.signal(signal.SIGINT, previous_handler)
+    if publisher.error is not None and failure is None:
+        failure = f"publishing to Redis failed: {publisher.error}"
+    committed = committed_offsets(query) if query is not None else {}
+    summary = Summary.collect(
+        paths,
+        client,
+        publisher.published,
+        publisher.malformed,
+        committed,
+        interrupted=stop.event.is_set(),
+    )
+    summary.print(url, keep=args.keep, embedded=embedded)
+    if failure is not None:
+        print(f"atlasbus demo: error: {failure}", file=sys.stderr)
+        return 1
+    if stop.event.is_set():
+        return EXIT_INTERRUPTED
+    return 0 if summary.accounted else 1
+
+
+def start_spark(root: Path) -> Any:
+    """A quiet local[2] session whose Python workers run this interpreter."""
+    from pyspark_atlasbus.session import local_session
+
+    log_config = root / "log4j2-demo.properties"
+    log_config.write_text(
+        "rootLogger.level = error\n"
+        "rootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex\n"
+        # Spark announces the shell's log level unless that logger's level equals the root's.
+        "logger.repl.name = org.apache.spark.repl.Main\n"
+        "logger.repl.level = error\n"
+    )
+    try:
+        return local_session(
+            "atlasbus-demo",
+            config={
+                "spark.sql.session.timeZone": "UTC",
+                "spark.driver.extraJavaOptions": (
+                    f"-Dlog4j2.configurationFile={log_config.as_uri()}"
+                ),
+                "spark.sql.streaming.stopTimeout": "20s",
+            },
+        )
+    except Exception as exc:
+        raise DemoError(
+            f"Spark did not start ({type(exc).__name__}: {str(exc).strip()[:300]}). "
+            "It needs Java 17 or newer: check `java -version` and JAVA_HOME"
+        ) from None
+
+
+def start_query(spark: Any, url: str, paths: Paths, writer: EventsWriter) -> Any:
+    """``format("atlasbus")`` with the dead-letter table -> ``foreachBatch(writer)``."""
+    frame = (
+        spark.readStream.format("atlasbus")
+        .option("url", url)
+        .option("streamPrefix", STREAM_PREFIX)
+        .option("topics", ",".join(TOPICS))
+        .option("group", GROUP)
+        .option("deadLetterTable", str(paths.dead_letters))
+        .load()
+    )
+    return (
+        frame.writeStream.foreachBatch(writer)
+        .option("checkpointLocation", str(paths.checkpoint))
+        .queryName(QUERY_NAME)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def wait_until_running(query: Any, stop: StopRequest) -> str | None:
+    """Until the query has run its first trigger (its sources set up, waiting for data).
+
+    ``start()`` returns before the query has planned anything; traffic published meanwhile
+    would wait for that, and then come as one large first batch.
+    """
+    deadline = time.monotonic() + QUERY_START_TIMEOUT_S
+    while not stop.event.is_set():
+        if not query.isActive:
+            error = query.exception()
+            return f"the streaming query stopped: {error}" if error else "the query stopped"
+        if str(query.status.get("message", "")).startswith("Waiting"):
+            return None
+        if time.monotonic() > deadline:
+            return f"the streaming query did not start within {QUERY_START_TIMEOUT_S:g} s"
+        stop.event.wait(0.1)
+    return None
+
+
+def watch(
+    query: Any,
+    publisher: TrafficPublisher,
+    progress: Progress,
+    stop: StopRequest,
+    *,
+    until: Callable[[], bool],
+    clock: Clock,
+) -> str | None:
+    """Redraw the progress line until ``until()``, Ctrl-C or a failure (returned as text)."""
+    reported_first = progress.writer.first_read_at is not None
+    while not until() and not stop.event.is_set():
+        if publisher.error is not None:
+            return f"publishing to Redis failed: {publisher.error}"
+        if not query.isActive:
+            error = query.exception()
+            return f"the streaming query stopped: {error}" if error else "the query stopped"
+        first = progress.writer.first_read_at
+        if not reported_first and first is not None and publisher.started_at is not None:
+            progress.finish_line()
+            clock.say(
+                f"first micro-batch committed {first - publisher.started_at:.1f} s after the "
+                "traffic started"
+            )
+            reported_first = True
+        progress.show()
+        stop.event.wait(progress.interval)
+    progress.show(force=True)
+    return None
+
+
+def stop_query(query: Any) -> None:
+    """Stop between micro-batches, so the last batch is committed whole."""
+    deadline = time.monotonic() + 30
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status["isTriggerActive"]:
+            break
+        time.sleep(0.05)
+    query.stop()

@@ -1,0 +1,30 @@
+"""Ctrl-C and SIGTERM: stop cleanly after the current micro-batch, or at once when pressed twice."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+
+
+@dataclass
+class StopRequest:
+    """Ctrl-C: the first asks to stop after the current micro-batch, the second forces it."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    presses: int = 0
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        self.presses += 1
+        if self.presses > 1:
+            raise KeyboardInterrupt
+        self.event.set()
+        print(
+            "\nCtrl-C: stopping after the current micro-batch (press again to stop now) ...",
+            flush=True,
+        )
+
+
+def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like an exception, so a killed demo still stops its Redis."""
+    raise SystemExit(128 + signum)

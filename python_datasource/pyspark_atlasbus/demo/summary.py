@@ -1,0 +1,231 @@
+"""The summary at the end: what the tables hold next to what was published, and next steps.
+
+The next steps are commands that run as printed: the ``atlasbus`` script by its path when the
+shell would not find it (a virtualenv not activated), and never a password (shown as ``***``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from atlasbus.offsets import StreamOffsets
+from pyspark_atlasbus.demo.common import STREAM_PREFIX, STREAMS
+from pyspark_atlasbus.demo.server import redacted_url
+from pyspark_atlasbus.demo.writer import table_rows
+
+REPLAY_REASON = "invalid-integer"
+"""A reason whose dead letters the demo's traffic makes replayable (a priority written as a
+word: the payload is fine). ``invalid-json`` ones are not: their payload is cut short."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def dead_letters(self) -> Path:
+        return self.root / "dead_letters"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+
+def committed_offsets(query: Any) -> dict[str, str]:
+    """The end offsets ({stream: last entry ID read}) of the last micro-batch that completed.
+
+    From the query's progress, which Spark reports once a batch is committed: exact, unlike the
+    consumer group, which the source moves there only when the next batch is planned.
+    """
+    progress = query.lastProgress
+    sources = progress["sources"] if progress else None
+    if not sources:
+        return {}
+    end = sources[0]["endOffset"]
+    if isinstance(end, str):
+        end = json.loads(end)
+    # a stream's value may be the plan object the source records ({"id": ..., "cuts": ...})
+    positions = StreamOffsets.from_dict(end or {}, what="the query's end offset")
+    return {stream: str(position) for stream, position in positions.items()}
+
+
+def stream_positions(client: Any, committed: dict[str, str]) -> tuple[int, int]:
+    """(entries in the demo's streams, how many of them are after ``committed``).
+
+    Counts the unread entries one by one (XRANGE): done once, for the summary, never per tick.
+    """
+    total = unread = 0
+    for stream in STREAMS:
+        length = int(client.xlen(stream))
+        total += length
+        if stream not in committed:
+            unread += length
+        elif length:
+            after = f"({committed[stream]}"
+            unread += len(client.xrange(stream, min=after, max="+", count=10_000_000))
+    return total, unread
+
+
+@dataclass
+class Summary:
+    """What the tables hold, next to what was published; ``accounted`` when every entry is in
+    exactly one table or (after Ctrl-C) still unread in Redis."""
+
+    published: int
+    malformed: Counter[str]
+    events: int
+    dead_letters: int
+    by_reason: list[tuple[str, int]]
+    unread: int | None
+    paths: Paths
+    interrupted: bool
+
+    @classmethod
+    def collect(
+        cls,
+        paths: Paths,
+        client: Any,
+        published_by_thread: int,
+        malformed: Counter[str],
+        committed: dict[str, str],
+        *,
+        interrupted: bool,
+    ) -> Summary:
+        from atlasbus.dead_letters import DeadLetterTable
+
+        letters = DeadLetterTable(str(paths.dead_letters))
+        by_reason: list[tuple[str, int]] = []
+        if letters.exists():
+            frame = letters.summary(by=("reason",))
+            by_reason = [
+                (str(r), int(c)) for r, c in zip(frame["reason"], frame["count"], strict=True)
+            ]
+        try:
+            total, unread = stream_positions(client, committed)
+            published: int = total
+            still_unread: int | None = unread
+        except Exception:  # Redis is gone (it was stopped too): count what the publisher sent
+            published, still_unread = published_by_thread, None
+        return cls(
+            published=published,
+            malformed=malformed,
+            events=table_rows(paths.events),
+            dead_letters=sum(count for _, count in by_reason),
+            by_reason=by_reason,
+            unread=still_unread,
+            paths=paths,
+            interrupted=interrupted,
+        )
+
+    @property
+    def accounted(self) -> bool:
+        return self.events + self.dead_letters + (self.unread or 0) == self.published
+
+    def print(self, url: str, *, keep: bool, embedded: bool) -> None:
+        width = 28
+        lines = [
+            "",
+            "=== atlasbus demo summary ===",
+            f"{'published entries:':<{width}}{self.published}",
+            f"{'  of which malformed:':<{width}}{sum(self.malformed.values())}",
+            f"{'events written:':<{width}}{self.events}",
+            f"{'dead letters:':<{width}}{self.dead_letters}",
+        ]
+        lines += [f"  {reason:<{width - 2}}{count}" for reason, count in self.by_reason]
+        if self.unread:
+            lines.append(f"{'not read (stopped early):':<{width}}{self.unread}")
+        if self.accounted:
+            verdict = "every entry accounted for"
+        elif self.unread is None:
+            verdict = "cannot check: Redis stopped before the entries could be counted"
+        else:
+            verdict = "NOT every entry accounted for"
+        total = self.events + self.dead_letters + (self.unread or 0)
+        lines.append(f"{'accounted:':<{width}}{total}  ({verdict})")
+        lines += [
+            "",
+            f"{'events table:':<{width}}{self.paths.events}",
+            f"{'dead-letter table:':<{width}}{self.paths.dead_letters}",
+            "",
+        ]
+        lines += next_steps(self.paths, url, redis_alive=keep or not embedded)
+        print("\n".join(lines), flush=True)
+
+
+def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
+    """Commands to run next, each runnable as printed (passwords excepted: shown as ***)."""
+    atlasbus = atlasbus_command()
+    table = shlex.quote(str(paths.dead_letters))
+    shown_url = redacted_url(url)
+    lines = [
+        "next steps (copy and paste):",
+        f"  {atlasbus} dlq summary --table {table}",
+        f"  {atlasbus} dlq show --table {table} --where \"reason = 'invalid-json'\"",
+    ]
+    if redis_alive:
+        lines.append(
+            f"  {atlasbus} dlq replay --table {table} --url {shlex.quote(shown_url)} "
+            f"--stream-prefix {STREAM_PREFIX} --where \"reason = '{REPLAY_REASON}'\""
+        )
+    env = f"ATLASBUS_DEAD_LETTERS={table}"
+    if redis_alive:
+        env += f" REDIS_URL={shlex.quote(shown_url)}"
+    notebook = notebook_path()
+    lines.append("  the dead-letter explorer notebook (needs the notebooks extra):")
+    if notebook is None:
+        lines.append(
+            "    notebooks/dead_letter_explorer.ipynb in the atlasbus repository; install "
+            "with: pip install 'atlasbus[notebooks]'"
+        )
+    else:
+        root = notebook.parent.parent
+        lines += [
+            f"    {_bin('pip')} install {shlex.quote(str(root))}'[notebooks]'",
+            f"    {env} {_bin('jupyter')} lab {shlex.quote(str(notebook))}",
+        ]
+    if shown_url != url and redis_alive:
+        lines.append("  (*** stands for the Redis password: put the real one in its place)")
+    return lines
+
+
+def atlasbus_command() -> str:
+    """How to run ``atlasbus`` from the user's shell, as this one was started.
+
+    ``atlasbus`` when the shell finds this very script on PATH, else the script's absolute
+    path (``.venv/bin/atlasbus`` when the virtualenv is not activated), else
+    ``python -m pyspark_atlasbus.cli`` with this interpreter's absolute path.
+    """
+    candidates = [Path(sys.argv[0]), Path(sys.executable).parent / "atlasbus"]
+    for script in candidates:
+        if script.name == "atlasbus" and script.is_file():
+            script = script.absolute()
+            on_path = shutil.which("atlasbus")
+            if on_path and Path(on_path).resolve() == script.resolve():
+                return "atlasbus"
+            return shlex.quote(str(script))
+    return f"{shlex.quote(str(Path(sys.executable).absolute()))} -m pyspark_atlasbus.cli"
+
+
+def _bin(name: str) -> str:
+    """A command of this interpreter's environment (pip, jupyter) by its absolute path."""
+    return shlex.quote(str(Path(sys.executable).absolute().parent / name))
+
+
+def notebook_path() -> Path | None:
+    """The explorer in this checkout (the current folder or the installed source's)."""
+    name = Path("notebooks") / "dead_letter_explorer.ipynb"
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (root / name).exists():
+            return (root / name).absolute()
+    return None
