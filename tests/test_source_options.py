@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -91,6 +92,33 @@ BAD_OPTIONS = [
         "none is malformed; remove one of the two options",
     ),
     ({"topics": "a", "trimConsumed": "true"}, "option 'trimConsumed' is not yet supported"),
+    ({"topics": ""}, "option 'topics' must be a comma-separated list of non-empty names, got ''"),
+    (
+        {"streams": "x,,y"},
+        "option 'streams' must be a comma-separated list of non-empty names, got 'x,,y'",
+    ),
+    ({"streams": "x,x"}, "option 'streams' lists x more than once"),
+    (
+        {"topics": "a", "startingOffsets": '{"a": "latest"}'},
+        "option 'startingOffsets': 'latest' per topic is not supported (topic 'a'); use "
+        "startingOffsets=latest for all topics, or give an entry ID",
+    ),
+    (
+        {"topics": "a", "startingOffsets": "{}"},
+        'option \'startingOffsets\' must be a non-empty JSON object like {"topic": "1700000000000-0"}',
+    ),
+    (
+        {"topics": "a", "startingTimestamp": "-1"},
+        "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), got '-1'",
+    ),
+    (
+        {"topics": "a", "endingOffsets": '{"a": "latest"}'},
+        "option 'endingOffsets' for 'a' 'latest' is not a Redis stream entry ID",
+    ),
+    (
+        {"topics": "a", "maxEntriesPerTrigger": "1e3"},
+        "option 'maxEntriesPerTrigger' must be a positive integer, got '1e3'",
+    ),
 ]
 
 
@@ -151,3 +179,82 @@ def test_a_bad_option_fails_at_load_in_spark(spark: Any) -> None:
     )
     with pytest.raises(Exception, match="'endingOffsets' is for batch reads"):
         stream.load().writeStream.format("noop").start().awaitTermination(30)
+
+
+# startingOffsets / endingOffsets keys: with topics or topicPattern a key is a topic or the full
+# stream key of a subscribed stream (as checkpoints and progress reports show them); with
+# streams it is a stream key. Each row: subscription options, key, the stream it names.
+OFFSET_KEYS = [
+    ({"topics": "orders,payments"}, "orders", "atlas_bus:orders"),
+    ({"topics": "orders,payments"}, "atlas_bus:payments", "atlas_bus:payments"),
+    ({"topics": "orders", "streamPrefix": "bus"}, "bus:orders", "bus:orders"),
+    ({"topicPattern": "orders-*"}, "orders-eu", "atlas_bus:orders-eu"),
+    ({"topicPattern": "orders-*"}, "atlas_bus:orders-eu", "atlas_bus:orders-eu"),
+    ({"topicPattern": "*", "streamPrefix": "p"}, "a", "p:a"),
+    ({"topicPattern": "*", "streamPrefix": "p"}, "p:a", "p:a"),  # the key of topic a's stream
+    ({"topicPattern": "*", "streamPrefix": "p"}, "p:p:a", "p:p:a"),  # topic 'p:a'
+    ({"streams": "raw:x,y"}, "raw:x", "raw:x"),
+    ({"streams": "raw:x,y"}, "y", "y"),
+    ({"topics": "a,p:a", "streamPrefix": "p"}, "p:a", "p:a"),  # a stream key wins over a topic
+    ({"topics": "a,p:a", "streamPrefix": "p"}, "p:p:a", "p:p:a"),
+]
+
+
+@pytest.mark.parametrize(("subscription", "key", "stream"), OFFSET_KEYS)
+@pytest.mark.parametrize("option", ["startingOffsets", "endingOffsets"])
+def test_offsets_are_keyed_by_topic_or_stream_key(
+    option: str, subscription: dict[str, str], key: str, stream: str
+) -> None:
+    parsed = parse_source_options({**subscription, option: json.dumps({key: "5-1"})})
+    offsets = parsed.starting.offsets if option == "startingOffsets" else parsed.ending
+    assert dict(offsets or {}) == {stream: EntryId(5, 1)}
+
+
+BAD_OFFSET_KEYS = [
+    (
+        {"topics": "a,b"},
+        {"zzz": "1-0"},
+        "option 'OPTION' names 'zzz', which is not in the subscription (topics a, b); accepted "
+        "keys: the topics a, b, or their stream keys atlas_bus:a, atlas_bus:b",
+    ),
+    (
+        {"topics": "a", "streamPrefix": "bus"},
+        {"atlas_bus:a": "1-0"},
+        "option 'OPTION' names 'atlas_bus:a', which is not in the subscription (topics a); "
+        "accepted keys: the topics a, or their stream keys bus:a",
+    ),
+    (
+        {"topicPattern": "orders-*"},
+        {"payments": "1-0"},
+        "option 'OPTION' names 'payments', which is not in the subscription (topicPattern "
+        "'orders-*'); accepted keys: topics matching 'orders-*', or stream keys matching "
+        "'atlas_bus:orders-*'",
+    ),
+    (
+        {"streams": "x,y"},
+        {"atlas_bus:x": "1-0"},
+        "option 'OPTION' names 'atlas_bus:x', which is not in the subscription (streams x, y); "
+        "accepted keys: the stream keys x, y",
+    ),
+    (
+        {"topics": "a"},
+        {"a": "1-0", "atlas_bus:a": "2-0"},
+        "option 'OPTION' names stream 'atlas_bus:a' twice, as 'a' and as 'atlas_bus:a'; keep one",
+    ),
+    (
+        {"topics": "a,b"},
+        '{"a": "1-0", "b": "1-0", "a": "2-0"}',
+        "option 'OPTION' lists 'a' more than once",
+    ),
+]
+
+
+@pytest.mark.parametrize(("subscription", "offsets", "message"), BAD_OFFSET_KEYS)
+@pytest.mark.parametrize("option", ["startingOffsets", "endingOffsets"])
+def test_an_offsets_key_that_names_no_subscribed_stream_is_refused_with_what_is_accepted(
+    option: str, subscription: dict[str, str], offsets: dict[str, str] | str, message: str
+) -> None:
+    text = offsets if isinstance(offsets, str) else json.dumps(offsets)
+    with pytest.raises(ConfigurationError) as info:
+        parse_source_options({**subscription, option: text})
+    assert str(info.value) == message.replace("OPTION", option)

@@ -77,6 +77,33 @@ class Subscription:
             return f"topicPattern {self.names[0]!r}"
         return f"{self.kind} {', '.join(self.names)}"
 
+    def stream_named(self, key: str) -> str | None:
+        """The stream a key of ``startingOffsets``/``endingOffsets`` names, ``None`` if none.
+
+        With ``streams`` a key is a stream key. With ``topics`` and ``topicPattern`` it is
+        the full key of a subscribed stream (as checkpoints and progress reports show them)
+        or else a topic name; the stream key is tried first, so every subscribed stream can be
+        named by its key even when a topic name looks like a stream key.
+        """
+        if self.matches(key):
+            return key
+        if self.kind != "streams" and self.matches(self.stream_key(key)):
+            return self.stream_key(key)
+        return None
+
+    def accepted_keys(self) -> str:
+        """What ``stream_named`` accepts, for error messages."""
+        if self.kind == "pattern":
+            return (
+                f"topics matching {self.names[0]!r}, or stream keys matching "
+                f"{self.stream_key(self.names[0])!r}"
+            )
+        if self.kind == "streams":
+            return f"the stream keys {', '.join(self.names)}"
+        return f"the topics {', '.join(self.names)}, or their stream keys " + ", ".join(
+            self.fixed_streams()
+        )
+
 
 @dataclass(frozen=True)
 class StartingPosition:
@@ -231,9 +258,19 @@ def _parse_ending(reader: OptionReader, subscription: Subscription) -> Mapping[s
 def _parse_offsets_json(
     name: str, text: str, subscription: Subscription, *, allow_keywords: bool
 ) -> dict[str, EntryId]:
-    """``{"topic": "ms-seq"}`` (keys are stream keys with ``streams``) to stream key -> ID."""
+    """``{"topic or stream key": "ms-seq"}`` to stream key -> ID (``Subscription.stream_named``)."""
+
+    def refuse_repeats(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        seen = [key for key, _ in pairs]
+        repeated = sorted({key for key in seen if seen.count(key) > 1})
+        if repeated:
+            raise ConfigurationError(
+                f"option '{name}' lists {', '.join(map(repr, repeated))} more than once"
+            )
+        return dict(pairs)
+
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=refuse_repeats)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
             f"option '{name}' is not valid JSON ({exc.msg}): {text!r}"
@@ -243,13 +280,20 @@ def _parse_offsets_json(
             f'option \'{name}\' must be a non-empty JSON object like {{"topic": "1700000000000-0"}}'
         )
     positions: dict[str, EntryId] = {}
+    named_by: dict[str, str] = {}
     for key, value in raw.items():
-        stream = key if subscription.kind == "streams" else subscription.stream_key(key)
-        if not subscription.matches(stream):
+        stream = subscription.stream_named(key)
+        if stream is None:
             raise ConfigurationError(
                 f"option '{name}' names {key!r}, which is not in the subscription "
-                f"({subscription.describe()})"
+                f"({subscription.describe()}); accepted keys: {subscription.accepted_keys()}"
             )
+        if stream in named_by:
+            raise ConfigurationError(
+                f"option '{name}' names stream {stream!r} twice, as {named_by[stream]!r} and "
+                f"as {key!r}; keep one"
+            )
+        named_by[stream] = key
         if allow_keywords and value == "earliest":
             continue
         if allow_keywords and value == "latest":
