@@ -295,3 +295,12 @@ def test_fields_tell_a_latin1_byte_from_the_text_of_its_escape() -> None:
         flat = original[1]
         assert isinstance(flat, list)
         assert raw_entry(restored) == list(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def test_original_text_restores_what_fields_escaped() -> None:
+    from atlasbus.raw_fields import original_text, raw_text
+
+    for value in [b'{"k": "\\\\x41"}', b"plain", b"\\x41 and \\\\", "é".encode()]:
+        assert original_text(raw_text(value)) == value.decode()
+    assert original_text(raw_text(b"\xe9")) == "\\xe9"  # not UTF-8: stays escaped
+    assert original_text(None) is None

@@ -29,4 +29,3 @@ DEFAULT_PRIORITY = 5
 DEFAULT_DELIVERY_ATTEMPTS = 0
 
 # A reader needs these two; the others have defaults (see decode.py).
-REQUIRED_ON_READ = (PAYLOAD, PRIORITY)

@@ -41,7 +41,6 @@ from atlasbus.errors import PublishError
 from atlasbus.sink_options import SinkOptions
 
 if TYPE_CHECKING:
-
     from atlasbus.dead_letters import QueryContext
 
 log = logging.getLogger("atlasbus.publisher")

@@ -88,3 +88,17 @@ def raw_text_array(values: Sequence[bytes]) -> pa.Array:
     if len(text) and pc.any(pc.match_substring(text, "\\x")).as_py():
         return pa.array(list(map(raw_text, values)), pa.string())
     return text
+
+
+def original_text(text: str | None) -> str | None:
+    """The value ``text`` stands for in ``fields``, as a string: the original UTF-8 text.
+
+    A value that was not valid UTF-8 stays in its escaped form (it cannot be a string); used
+    where a dead letter's raw value is published again (replay) or copied into a column.
+    """
+    if text is None or "\\" not in text:
+        return text
+    try:
+        return raw_bytes(text).decode("utf-8")
+    except UnicodeDecodeError:
+        return text

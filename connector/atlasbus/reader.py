@@ -6,8 +6,9 @@ parsing would build dicts only to throw them away.
 
 With option ``deadLetterTable``, malformed entries are appended to that table (stage
 ``source-decode``) before the batch holding the rest is yielded, so a row is never passed on
-while its neighbours' dead letters are unrecorded. The append is idempotent (deterministic IDs),
-so a retried task or a replayed micro-batch adds nothing twice.
+while its neighbours' dead letters are unrecorded. The append is idempotent (a Delta app
+transaction keyed by the letters' deterministic IDs), so a retried task or a replayed
+micro-batch adds nothing twice.
 """
 
 from __future__ import annotations

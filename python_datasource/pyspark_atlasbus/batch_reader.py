@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -11,13 +10,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from atlasbus.offsets import StreamOffsets
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import ending_offsets, starting_offsets
-from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
-from pyspark_atlasbus.partition import RangePartition
-
-if TYPE_CHECKING:
-    from atlasbus.dead_letters import QueryContext
+from pyspark_atlasbus.partition import RangePartition, read_partition
 
 
 class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -34,15 +29,4 @@ class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read exactly the planned range; executor."""
-        if not isinstance(partition, RangePartition):
-            return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
-        return read_range(partition.options, partition.read, context=_context(partition))
-
-
-def _context(partition: RangePartition) -> QueryContext | None:
-    """Who is reading, for dead letters; only looked up when they are routed to a table."""
-    if partition.options.dead_letter_table is None:
-        return None
-    from pyspark_atlasbus.dead_letters import task_query_context
-
-    return task_query_context()
+        return read_partition(partition)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from atlasbus.planning import ReadRange
+from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
+
+if TYPE_CHECKING:
+    from atlasbus.dead_letters import QueryContext
 
 
 class RangePartition(InputPartition):  # type: ignore[misc]
@@ -19,3 +27,19 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     def __repr__(self) -> str:
         r = self.read
         return f"RangePartition({r.stream} ({r.after}, {r.upto}])"
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Read exactly the planned range (batch and stream readers alike); executor."""
+    if not isinstance(partition, RangePartition):
+        return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
+    return read_range(partition.options, partition.read, context=_context(partition))
+
+
+def _context(partition: RangePartition) -> QueryContext | None:
+    """Who is reading, for dead letters; only looked up when they are routed to a table."""
+    if partition.options.dead_letter_table is None:
+        return None
+    from pyspark_atlasbus.dead_letters import task_query_context
+
+    return task_query_context()

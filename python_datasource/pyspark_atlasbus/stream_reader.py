@@ -7,7 +7,6 @@ executors from a pickled copy, so it uses only what its partition carries.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -23,14 +22,10 @@ from atlasbus.entry_id import EntryId
 from atlasbus.offsets import StreamOffsets
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import batch_end, latest_offsets, starting_offsets
-from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog, StreamInfo
-from pyspark_atlasbus.partition import RangePartition
-
-if TYPE_CHECKING:
-    from atlasbus.dead_letters import QueryContext
+from pyspark_atlasbus.partition import RangePartition, read_partition
 
 
 class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -114,9 +109,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read exactly the planned range; executor."""
-        if not isinstance(partition, RangePartition):
-            return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
-        return read_range(partition.options, partition.read, context=_context(partition))
+        return read_partition(partition)
 
     def commit(self, end: dict[str, str]) -> None:
         """Move the consumer group (``group`` option) to the committed offsets; driver."""
@@ -127,12 +120,3 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self._catalog.move_group(dict(committed), self.options.group)
         self._group_position = committed
-
-
-def _context(partition: RangePartition) -> QueryContext | None:
-    """Who is reading, for dead letters; only looked up when they are routed to a table."""
-    if partition.options.dead_letter_table is None:
-        return None
-    from pyspark_atlasbus.dead_letters import task_query_context
-
-    return task_query_context()

@@ -43,6 +43,7 @@ from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.encode import Rejection, encode_batch
 from atlasbus.publisher import Publisher
+from atlasbus.raw_fields import original_text
 from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_PREFIX, SinkOptions
 
 CLAIM_PREFIX = "replaying:"
@@ -230,13 +231,13 @@ def _input_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
             "payload": pa.array([row["payload"] for row in rows], pa.string()),
             "correlation_id": pa.array(
                 [
-                    row["correlation_id"] or f.get("correlation_id")
+                    row["correlation_id"] or original_text(f.get("correlation_id"))
                     for row, f in zip(rows, fields, strict=True)
                 ],
                 pa.string(),
             ),
-            "tracing": pa.array([f.get("tracing") for f in fields], pa.string()),
-            "metadata": pa.array([f.get("metadata") for f in fields], pa.string()),
+            "tracing": pa.array([original_text(f.get("tracing")) for f in fields], pa.string()),
+            "metadata": pa.array([original_text(f.get("metadata")) for f in fields], pa.string()),
             "delivery_attempts": pa.array(
                 [(row["delivery_attempts"] or 0) + 1 for row in rows], pa.int64()
             ),

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from atlasbus.dead_letters.record import DeadLetter, QueryContext
 from atlasbus.dead_letters.schema import SOURCE_DECODE
+from atlasbus.raw_fields import original_text
 
 MALFORMED_ENTRY = "malformed-entry"
 
@@ -60,10 +61,10 @@ def _letter(
         stream=str(row["stream"]),
         entry_id=str(row["id"]),
         topic=_text(row["topic"]),
-        correlation_id=raw.get("correlation_id"),
+        correlation_id=original_text(raw.get("correlation_id")),
         priority=_int(raw.get("priority")),
         delivery_attempts=_int(raw.get("delivery_attempts")),
-        payload=raw.get("payload"),
+        payload=original_text(raw.get("payload")),
         fields=raw,
         context=context,
         at=at,
