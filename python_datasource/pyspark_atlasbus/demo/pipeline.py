@@ -116,6 +116,8 @@ def run_pipeline(
     query = None
     failure: str | None = None
     try:
+        clock.say("warming up Spark's Python workers (they import atlasbus, Arrow, delta-rs) ...")
+        warm_up_workers(spark)
         clock.say(
             "starting the streaming query: Spark plans it and starts the atlasbus source's "
             "Python planner ..."
@@ -218,6 +220,22 @@ def start_spark(root: Path) -> Any:
             f"Spark did not start ({type(exc).__name__}: {str(exc).strip()[:300]}). "
             "It needs Java 17 or newer: check `java -version` and JAVA_HOME"
         ) from None
+
+
+def warm_up_workers(spark: Any) -> None:
+    """Start the executors' Python workers and import what reading a batch needs.
+
+    Spark reuses Python workers, so the first micro-batch does not pay for it.
+    """
+    spark.range(0, 2, numPartitions=2).mapInArrow(_import_readers, "id long").collect()
+
+
+def _import_readers(batches: Any) -> Any:
+    """Runs on executors: the imports of the source's read and its dead letters."""
+    import atlasbus.dead_letters
+    import atlasbus.reader  # noqa: F401
+
+    yield from batches
 
 
 def start_query(spark: Any, url: str, paths: Paths, writer: EventsWriter) -> Any:
