@@ -1,4 +1,8 @@
-"""Shared fixtures: one private redis-server and one local SparkSession per test session."""
+"""Shared fixtures: one private redis-server and one local SparkSession per test session.
+
+Tiers: a test that needs Spark carries the ``spark`` marker, set here (see
+``pytest_collection_modifyitems``) rather than by hand, so ``-m "not spark"`` never starts a JVM.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -18,6 +23,59 @@ from atlasbus.redis_server import RedisServer
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.pop("REDIS_URL", None)
+
+# Tests that start Spark in a child process (no `spark` fixture to see): in these files every
+# test is a Spark test except the ones named here, so a renamed or new test errs on the side of
+# the `spark` tier.
+CHILD_SPARK_FILES: dict[str, frozenset[str]] = {
+    "test_crash_recovery.py": frozenset(),
+    "test_demo.py": frozenset(
+        {
+            "test_demo_unreachable_url_is_one_line_that_says_what_to_do",  # fails before Spark
+            "test_demo_bad_arguments",
+            "test_help_reads_well",
+            "test_traffic_malformed_entries_get_the_reason_they_were_made_for",
+        }
+    ),
+    "test_notebooks.py": frozenset({"test_explorer_bins_fit_the_span"}),
+    "test_sink_exactly_once.py": frozenset(),
+}
+# Single tests elsewhere that start Spark in a child process.
+CHILD_SPARK_TESTS: frozenset[tuple[str, str]] = frozenset(
+    {("test_source_batch.py", "test_format_resolves_in_a_fresh_session_without_registering")}
+)
+
+
+def starts_spark(item: pytest.Item) -> bool:
+    """Whether a test starts a JVM: it uses the session's ``spark``, or a child process does."""
+    if "spark" in getattr(item, "fixturenames", ()):
+        return True
+    file = Path(str(item.path)).name
+    name = getattr(item, "originalname", item.name)
+    if file in CHILD_SPARK_FILES:
+        return name not in CHILD_SPARK_FILES[file]
+    return (file, name) in CHILD_SPARK_TESTS
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if starts_spark(item) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a run of no ``spark`` test in which this process started a JVM anyway."""
+    if any(item.get_closest_marker("spark") for item in session.items):
+        return
+    context = sys.modules.get("pyspark") and getattr(sys.modules["pyspark"], "SparkContext", None)
+    if context is not None and getattr(context, "_gateway", None) is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(
+            "\nconftest: a JVM was started by a test without the 'spark' marker: give it the "
+            "marker (use the `spark` fixture, or list it in CHILD_SPARK_FILES)",
+            file=sys.stderr,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -25,12 +25,12 @@ from atlasbus.decode import decode_envelope_page
 from atlasbus.entry_id import EntryId
 from atlasbus.publisher import Publisher, marker_key
 from atlasbus.sink_options import parse_sink_options
+from cases import MALFORMED, raw_map
 from helpers import BatchCollector, envelope, publish, stream_reader
-from test_malformed_entries import MALFORMED, _raw_map
 
 pytestmark = pytest.mark.spark
 
-# the decoder's reason code for each malformed kind of test_malformed_entries.MALFORMED
+# the decoder's reason code for each malformed kind of cases.MALFORMED
 REASONS = {
     "payload not JSON": "invalid-json",
     "payload an array": "not-json-object",
@@ -133,7 +133,7 @@ def test_source_sends_every_malformed_kind_to_the_table_once_across_a_replayed_b
             expected_reason(name, entry_id, fields),
         ), name
         assert letter["error"] == expected_error(entry_id, fields), name
-        assert dict(letter["fields"]) == _raw_map(fields), name
+        assert dict(letter["fields"]) == raw_map(fields), name
         assert (letter["topic"], letter["stream"], letter["entry_id"]) == ("t", stream, entry_id)
         assert (letter["query_id"], letter["query_name"], letter["batch_id"]) == (
             str(first.id),
