@@ -258,6 +258,11 @@ def test_payload_that_is_not_a_json_object_fails_the_batch(
             {},
             "the atlasbus sink needs a 'payload' column (JSON text, a struct or a map).",
         ),
+        (  # a Spark type Arrow cannot hold is named as Spark calls it, not as "null"
+            ["'{}' as payload", "'t' as topic", "make_ym_interval(1, 2) as priority"],
+            {},
+            "column 'priority' must be an integer, got Spark type interval year to month",
+        ),
         (
             ["'{}' as payload"],
             {},

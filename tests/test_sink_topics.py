@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from atlasbus.dead_letters import SINK_PUBLISH, DeadLetterTable
-from atlasbus.encode import EMPTY_TOPIC, INVALID_TOPIC, encode_batch
+from atlasbus.encode import encode_batch
 from atlasbus.errors import ConfigurationError, PublishError
 from atlasbus.publisher import Publisher
+from atlasbus.reasons import EMPTY_TOPIC, INVALID_TOPIC
 from atlasbus.sink_options import TOPIC_RULE, parse_sink_options, topic_problem
 from atlasbus.source_options import parse_source_options
 from helpers import BatchCollector, publish, stream_reader

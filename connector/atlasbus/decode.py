@@ -30,6 +30,15 @@ import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
 from atlasbus.raw_fields import raw_text, raw_text_array
+from atlasbus.reasons import (
+    DECODE_REASONS,
+    INVALID_INTEGER,
+    INVALID_JSON,
+    INVALID_TIMESTAMP,
+    INVALID_UTF8,
+    MISSING_FIELD,
+    NOT_JSON_OBJECT,
+)
 from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
 
 # One XRANGE reply item: [entry_id, [field1, value1, field2, value2, ...]] as bytes.
@@ -46,21 +55,7 @@ _VALUES_OF = itemgetter(slice(1, None, 2))
 
 
 # Reason codes of malformed entries: the first problem found in an entry names its reason.
-MISSING_FIELD = "missing-field"
-INVALID_UTF8 = "invalid-utf8"
-INVALID_INTEGER = "invalid-integer"
-INVALID_TIMESTAMP = "invalid-timestamp"
-INVALID_JSON = "invalid-json"
-NOT_JSON_OBJECT = "not-json-object"
-
-REASONS = (
-    MISSING_FIELD,
-    INVALID_UTF8,
-    INVALID_INTEGER,
-    INVALID_TIMESTAMP,
-    INVALID_JSON,
-    NOT_JSON_OBJECT,
-)
+REASONS = DECODE_REASONS
 
 # The timestamps that both Spark and Python hold, in any time zone: years 1 to 9999 less two
 # days at each end, because PySpark's collect() turns a timestamp into a datetime in the

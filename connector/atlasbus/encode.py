@@ -24,6 +24,16 @@ import pyarrow.types as pat
 
 from atlasbus import envelope as wire
 from atlasbus import sink_columns as cols
+from atlasbus.reasons import (
+    EMPTY_TOPIC,
+    INVALID_JSON,
+    INVALID_TOPIC,
+    NOT_JSON_OBJECT,
+    NULL_PAYLOAD,
+    NULL_TOPIC,
+    OUT_OF_RANGE,
+    TOO_BIG,
+)
 from atlasbus.sink_options import SinkOptions, topic_problem
 
 TEXT = pa.large_string()
@@ -32,17 +42,6 @@ EMPTY_OBJECT = "{}"
 
 # Every entry carries all eight fields, so the names' share of an entry's size is constant.
 _NAMES_BYTES = sum(len(name) for name in wire.WIRE_FIELDS)
-
-
-# Reason codes of rejected rows (the dead-letter table's ``reason`` for stage sink-publish).
-NULL_TOPIC = "null-topic"
-EMPTY_TOPIC = "empty-topic"
-INVALID_TOPIC = "invalid-topic"  # a comma or whitespace at an end: the source cannot name it
-NULL_PAYLOAD = "null-payload"
-INVALID_JSON = "invalid-json"
-NOT_JSON_OBJECT = "not-json-object"
-OUT_OF_RANGE = "out-of-range"
-TOO_BIG = "too-big"
 
 
 @dataclass(frozen=True)

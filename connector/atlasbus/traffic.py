@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from atlasbus.decode import (
+from atlasbus.reasons import (
     INVALID_INTEGER,
     INVALID_JSON,
     INVALID_TIMESTAMP,

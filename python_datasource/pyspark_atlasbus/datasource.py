@@ -57,8 +57,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from atlasbus.errors import ConfigurationError
 from atlasbus.positions import require_batch_compatible, require_streaming_compatible
 from atlasbus.schema import schema_for, spark_ddl
+from atlasbus.sink_columns import ACCEPTED_TYPES
 from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
 from atlasbus.source_options import SourceOptions, parse_source_options
 
@@ -101,8 +103,14 @@ class AtlasbusDataSource(DataSource):  # type: ignore[misc]
         for field in schema.fields:
             try:
                 fields.append(to_arrow_schema(StructType([field]))[0])
-            except Exception:  # a type Arrow cannot hold: the column check names it
-                fields.append(pa.field(field.name, pa.null()))
+            except Exception:  # a type Arrow cannot hold
+                if field.name in ACCEPTED_TYPES:
+                    _, expected = ACCEPTED_TYPES[field.name]
+                    raise ConfigurationError(
+                        f"column '{field.name}' must be {expected}, got Spark type "
+                        f"{field.dataType.simpleString()}"
+                    ) from None
+                fields.append(pa.field(field.name, pa.null()))  # unknown: the check names it
         check_input_schema(pa.schema(fields), options)
         return options
 
