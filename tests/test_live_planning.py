@@ -16,7 +16,7 @@ import redis
 
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.errors import DataLossError
+from atlasbus.errors import ConfigurationError, DataLossError
 from atlasbus.offsets import StreamOffsets
 from atlasbus.planning import ReadRange, mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import batch_end
@@ -248,3 +248,16 @@ def test_counted_pieces_cover_every_entry_once(r: redis.Redis, redis_url: str, p
     assert got == [i for k, i in enumerate(ids) if k % 9]
     assert all(a.upto == b.after for a, b in itertools.pairwise(ranges))
     assert ranges[0].after == ZERO
+
+
+def test_a_key_that_is_not_a_stream_is_named_in_a_clear_error(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    r.set(f"{prefix}:t", "not a stream")
+    options = _options(redis_url, prefix)
+    with pytest.raises(ConfigurationError) as info:
+        _end(options, StreamOffsets())
+    assert str(info.value).startswith(
+        f"key '{prefix}:t' on Redis at 127.0.0.1:{redis_url.rsplit(':', 1)[1].split('/')[0]} "
+        "is not a stream: check options 'topics'/'topicPattern'/'streams' and 'streamPrefix'"
+    )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.entry_id import ZERO, EntryId
+from atlasbus.errors import ConfigurationError
 from atlasbus.source_options import Subscription
 
 if TYPE_CHECKING:
@@ -120,7 +121,14 @@ class StreamCatalog:
                 if "no such key" in str(reply).lower():
                     result[stream] = None
                     continue
-                raise reply
+                if str(reply).startswith("WRONGTYPE"):
+                    raise ConfigurationError(
+                        f"key {stream!r} on Redis at {self.endpoint.description} is not a "
+                        "stream: check options 'topics'/'topicPattern'/'streams' and "
+                        "'streamPrefix' (a topic names the stream '{streamPrefix}:{topic}')"
+                    )
+                with translate_errors(self.endpoint):
+                    raise reply
             result[stream] = _stream_info(reply)
         return result
 
@@ -165,11 +173,6 @@ class StreamCatalog:
         with translate_errors(self.endpoint):
             reply = _command(self._redis, "XREVRANGE", stream, str(position), "-", "COUNT", 1)
         return EntryId.parse(reply[0][0]) if reply else None
-
-    def entry_exists(self, stream: str, entry: EntryId) -> bool:
-        with translate_errors(self.endpoint):
-            reply = _command(self._redis, "XRANGE", stream, str(entry), str(entry))
-        return bool(reply)
 
     # --- consumer groups -----------------------------------------------------------------------
 
