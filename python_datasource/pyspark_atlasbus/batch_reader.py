@@ -15,7 +15,7 @@ from atlasbus.streams import StreamCatalog
 from pyspark_atlasbus.partition import RangePartition, read_partition
 
 
-class AtlasbusBatchReader(DataSourceReader):  # type: ignore[misc]
+class AtlasbusBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 

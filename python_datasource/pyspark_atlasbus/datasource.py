@@ -65,7 +65,7 @@ from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_op
 from atlasbus.source_options import SourceOptions, parse_source_options
 
 
-class AtlasbusDataSource(DataSource):  # type: ignore[misc]
+class AtlasbusDataSource(DataSource):
     """Reads and publishes ATLAS bus envelopes on Redis Streams."""
 
     @classmethod

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from atlasbus.dead_letters import QueryContext
 
 
-class RangePartition(InputPartition):  # type: ignore[misc]
+class RangePartition(InputPartition):
     """Everything ``read()`` needs, because the reader that plans is not the one that reads."""
 
     def __init__(self, options: SourceOptions, read: ReadRange) -> None:

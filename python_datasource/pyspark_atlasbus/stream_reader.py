@@ -28,7 +28,7 @@ from atlasbus.streams import StreamCatalog, StreamInfo
 from pyspark_atlasbus.partition import RangePartition, read_partition
 
 
-class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._available_now_target: StreamOffsets | None = None
@@ -41,7 +41,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _catalog(self) -> StreamCatalog:
         return StreamCatalog(self.options.endpoint)
 
-    def initialOffset(self) -> dict[str, str]:
+    def initialOffset(self) -> dict[str, object]:
         """Where a query with no checkpoint starts (``startingOffsets``); driver."""
         return StreamOffsets(starting_offsets(self._catalog, self.options)).to_dict()
 
@@ -56,7 +56,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest_offsets(self._catalog, self.options, {}, max_entries=None)
         )
 
-    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         committed = StreamOffsets.from_dict(start, what="start offset")
@@ -94,12 +94,14 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     topic=self.options.subscription.topic_of(stream),
                 )
 
-    def reportLatestOffset(self) -> dict[str, str]:
+    def reportLatestOffset(self) -> dict[str, object]:
         return StreamOffsets(
             latest_offsets(self._catalog, self.options, {}, max_entries=None)
         ).to_dict()
 
-    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+    def partitions(
+        self, start: dict[str, object], end: dict[str, object]
+    ) -> Sequence[InputPartition]:
         """Plan the batch's ranges; the same offsets always give the same entries; driver."""
         first = StreamOffsets.from_dict(start, what="start offset")
         last = StreamOffsets.from_dict(end, what="end offset")
@@ -111,7 +113,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Read exactly the planned range; executor."""
         return read_partition(partition)
 
-    def commit(self, end: dict[str, str]) -> None:
+    def commit(self, end: dict[str, object]) -> None:
         """Move the consumer group (``group`` option) to the committed offsets; driver."""
         self._mirror_group(StreamOffsets.from_dict(end, what="committed offset").positions())
 

@@ -38,7 +38,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass
-class PublishedPartition(WriterCommitMessage):  # type: ignore[misc]
+class PublishedPartition(WriterCommitMessage):
     """What one task did: entries it added, input rows it skipped as already published."""
 
     partition: int
@@ -93,7 +93,7 @@ def _markers(messages: list[WriterCommitMessage | None]) -> list[str]:
     ]
 
 
-class AtlasbusBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class AtlasbusBatchWriter(DataSourceArrowWriter):
     """``df.write.format("atlasbus")``."""
 
     def __init__(self, options: SinkOptions) -> None:
@@ -117,7 +117,7 @@ class AtlasbusBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         delete_markers(self.options.endpoint, _markers(messages))
 
 
-class AtlasbusStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class AtlasbusStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("atlasbus")``."""
 
     def __init__(self, options: SinkOptions) -> None:
