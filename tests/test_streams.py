@@ -1,0 +1,272 @@
+"""The driver's questions to Redis (atlasbus.streams), asked of a real server."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from atlasbus import streams as streams_module
+from atlasbus.connection import RedisEndpoint
+from atlasbus.entry_id import ZERO, EntryId
+from atlasbus.source_options import Subscription
+from atlasbus.streams import StreamCatalog, StreamInfo, Walk, last_position
+from helpers import redis_major
+
+
+@pytest.fixture
+def catalog(redis_url: str) -> StreamCatalog:
+    return StreamCatalog(RedisEndpoint(redis_url))
+
+
+def add(r: redis.Redis, stream: str, *ids: str) -> None:
+    for entry_id in ids:
+        r.xadd(stream, {"n": entry_id}, id=entry_id)
+
+
+def id_range(ms: int, count: int) -> list[str]:
+    return [f"{ms + n}-0" for n in range(count)]
+
+
+def eid(text: str) -> EntryId:
+    return EntryId.parse(text)
+
+
+# --- discover ------------------------------------------------------------------------------------
+
+
+def test_a_pattern_finds_the_streams_whose_topic_matches_and_nothing_else(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    for topic in ("orders-eu", "orders-us", "payments", "orders-eu:archive"):
+        add(r, f"{prefix}:{topic}", "1-0")
+    r.set(f"{prefix}:orders-xx", "not a stream")
+    add(r, f"other{prefix}:orders-eu", "1-0")
+    found = catalog.discover(Subscription("pattern", ("orders-*",), prefix))
+    # fnmatch's * crosses ':' as SCAN's does: the topic of orders-eu:archive matches too
+    assert found == [f"{prefix}:orders-eu", f"{prefix}:orders-eu:archive", f"{prefix}:orders-us"]
+
+
+def test_a_prefix_with_glob_characters_is_matched_literally(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    odd = f"{prefix}[ab]*?"
+    add(r, f"{odd}:t", "1-0")
+    add(r, f"{prefix}a:t", "1-0")  # what the prefix would match as a glob
+    add(r, f"{prefix}[ab]xy:t", "1-0")
+    assert catalog.discover(Subscription("pattern", ("*",), odd)) == [f"{odd}:t"]
+
+
+def test_topics_and_streams_are_listed_as_given_without_asking_redis(prefix: str) -> None:
+    offline = StreamCatalog(RedisEndpoint("redis://127.0.0.1:1/0"))  # nothing listens there
+    assert offline.discover(Subscription("topics", ("b", "a"), prefix)) == [
+        f"{prefix}:b",
+        f"{prefix}:a",
+    ]
+    assert offline.discover(Subscription("streams", ("x", "y:z"), prefix)) == ["x", "y:z"]
+
+
+# --- info ----------------------------------------------------------------------------------------
+
+
+def test_info_of_present_empty_and_absent_streams_in_one_call(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    full, empty, absent = f"{prefix}:full", f"{prefix}:empty", f"{prefix}:absent"
+    add(r, full, "1000-0", "1000-1", "2000-0", "3000-0")
+    r.xdel(full, "1000-1", "3000-0")
+    r.xgroup_create(empty, "g", id="0", mkstream=True)
+    infos = catalog.info([full, empty, absent])
+    assert list(infos) == [full, empty, absent]
+    modern = redis_major(r) >= 7
+    assert infos[full] == StreamInfo(
+        length=2,
+        first=eid("1000-0"),
+        last=eid("2000-0"),
+        last_generated=eid("3000-0"),  # deleted, but still the newest ever added
+        max_deleted=eid("3000-0") if modern else None,
+        entries_added=4 if modern else None,
+    )
+    assert infos[full] is not None and infos[full].removed == (2 if modern else None)
+    assert infos[empty] == StreamInfo(
+        length=0,
+        first=None,
+        last=None,
+        last_generated=ZERO,
+        max_deleted=ZERO if modern else None,
+        entries_added=0 if modern else None,
+    )
+    assert infos[absent] is None
+    assert catalog.info([]) == {}
+
+
+def test_last_position_is_the_newest_id_ever_added_and_zero_for_an_absent_stream() -> None:
+    info = StreamInfo(2, eid("1-0"), eid("2-0"), eid("9-0"), None)
+    assert (last_position(info), last_position(None)) == (eid("9-0"), ZERO)
+
+
+# --- single entries ------------------------------------------------------------------------------
+
+
+def test_first_in_range_and_last_at_or_before(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    stream = f"{prefix}:t"
+    add(r, stream, "1000-0", "2000-0", "2000-5", "3000-0")
+    assert catalog.first_in_range(stream, eid("1000-0"), eid("3000-0")) == eid("2000-0")
+    assert catalog.first_in_range(stream, eid("2000-5"), eid("2999-0")) is None
+    assert catalog.first_in_range(f"{prefix}:absent", ZERO, eid("9-0")) is None
+    assert catalog.last_at_or_before(stream, eid("2000-4")) == eid("2000-0")
+    assert catalog.last_at_or_before(stream, eid("2000-5")) == eid("2000-5")
+    assert catalog.last_at_or_before(stream, eid("999-0")) is None
+
+
+# --- advance and Walk ----------------------------------------------------------------------------
+
+
+def test_walk_counts_pages_into_pieces_of_equal_size() -> None:
+    walk = Walk(4)
+    walk.feed([b"1-0", b"2-0", b"3-0"])
+    walk.feed([b"4-0", b"5-0", b"6-0", b"7-0", b"8-0", b"9-0"])
+    walk.feed([])
+    assert (walk.total, walk.last, walk.cuts, walk.counts, walk.pending) == (
+        9,
+        eid("9-0"),
+        [eid("4-0"), eid("8-0")],
+        [4, 4],
+        1,
+    )
+    assert walk.pieces(eid("9-0")) == ((eid("4-0"), eid("8-0")), (4, 4, 1))
+    # a piece that would end at or after ``upto`` is merged into the one before
+    assert walk.pieces(eid("8-0")) == ((eid("4-0"),), (4, 5))
+    assert walk.pieces(eid("4-0")) == ((), (9,))
+
+
+def test_walk_ending_exactly_on_a_cut_has_no_empty_last_piece() -> None:
+    walk = Walk(3)
+    walk.feed([b"1-0", b"2-0", b"3-0", b"4-0", b"5-0", b"6-0"])
+    assert walk.pieces(eid("6-0")) == ((eid("3-0"),), (3, 3))
+    assert Walk(3).pieces(eid("6-0")) == ((), (0,))
+
+
+@pytest.mark.parametrize("page", [7, 10_000], ids=["pages-of-7", "one-page"])
+def test_advance_counts_every_entry_into_pieces_exactly(
+    catalog: StreamCatalog,
+    r: redis.Redis,
+    prefix: str,
+    page: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(streams_module, "_WALK_PAGE", page)
+    stream = f"{prefix}:t"
+    ids = id_range(1000, 30)
+    add(r, stream, *ids)
+    r.xdel(stream, ids[3], ids[4])  # 28 left
+    kept = [eid(i) for i in ids if i not in (ids[3], ids[4])]
+    walk = Walk(10)
+    assert catalog.advance(stream, ZERO, kept[-1], None, walk) == (kept[-1], 28)
+    assert (walk.total, walk.cuts, walk.counts, walk.pending) == (
+        28,
+        [kept[9], kept[19]],
+        [10, 10],
+        8,
+    )
+    assert walk.pieces(kept[-1]) == ((kept[9], kept[19]), (10, 10, 8))
+
+
+def test_advance_with_a_budget_stops_at_the_n_th_entry_and_goes_on_from_there(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streams_module, "_WALK_PAGE", 4)
+    stream = f"{prefix}:t"
+    ids = [eid(i) for i in id_range(1000, 25)]
+    add(r, stream, *map(str, ids))
+    walk = Walk(10)
+    assert catalog.advance(stream, ZERO, ids[-1], 12, walk) == (ids[11], 12)
+    # the same walk goes on counting where it stopped
+    assert catalog.advance(stream, ids[11], ids[-1], 100, walk) == (ids[-1], 13)
+    assert walk.pieces(ids[-1]) == ((ids[9], ids[19]), (10, 10, 5))
+    # ``upto`` bounds the walk, whatever the budget; nothing after ``after``: nothing walked
+    assert catalog.advance(stream, ids[2], ids[5], None, Walk(10)) == (ids[5], 3)
+    assert catalog.advance(stream, ids[-1], eid("9999-0"), None, Walk(10)) == (ids[-1], 0)
+    assert catalog.advance(f"{prefix}:absent", ZERO, eid("9-0"), 5, Walk(10)) == (ZERO, 0)
+
+
+# --- consumer groups -----------------------------------------------------------------------------
+
+
+def group_at(r: redis.Redis, stream: str, group: str) -> str | None:
+    for info in r.xinfo_groups(stream):
+        name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
+        if name == group:
+            value = info["last-delivered-id"]
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def test_group_positions_where_the_group_exists(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    a, b, c, absent = (f"{prefix}:{name}" for name in ("a", "b", "c", "absent"))
+    add(r, a, "1000-0", "2000-0")
+    add(r, b, "1000-0")
+    add(r, c, "1000-0")
+    r.xgroup_create(a, "g", id="1500-0")
+    r.xgroup_create(a, "gg", id="2000-0")  # a name that starts like it
+    r.xgroup_create(b, "other", id="1000-0")
+    r.xgroup_create(c, "g", id="$")
+    assert catalog.group_positions([a, b, c, absent], "g") == {a: eid("1500-0"), c: eid("1000-0")}
+
+
+def test_ensure_group_creates_it_once_and_never_moves_it(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    stream = f"{prefix}:t"
+    assert catalog.ensure_group(stream, "g", eid("5-0")) is True  # creates the stream too
+    assert (r.xlen(stream), group_at(r, stream, "g")) == (0, "5-0")
+    assert catalog.ensure_group(stream, "g", eid("9-0")) is False
+    assert group_at(r, stream, "g") == "5-0"
+
+
+def test_ensure_group_on_a_key_that_is_not_a_stream_raises(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    r.set(f"{prefix}:s", "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        catalog.ensure_group(f"{prefix}:s", "g", ZERO)
+
+
+def test_move_group_moves_it_where_it_exists_and_creates_it_where_it_does_not(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    a, b = f"{prefix}:a", f"{prefix}:b"
+    add(r, a, "1000-0", "2000-0")
+    add(r, b, "1000-0")
+    r.xgroup_create(a, "g", id="1000-0")
+    catalog.move_group({a: eid("2000-0"), b: eid("1000-0")}, "g")
+    assert (group_at(r, a, "g"), group_at(r, b, "g")) == ("2000-0", "1000-0")
+    catalog.move_group({a: eid("1500-0")}, "g")  # back, too: the group mirrors the offsets
+    assert group_at(r, a, "g") == "1500-0"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=redis.ResponseError,
+    reason=(
+        "StreamCatalog.move_group on a stream that no longer exists (DEL after it was read) "
+        "raises: Redis answers XGROUP SETID on a missing key with 'ERR The XGROUP subcommand "
+        "requires the key to exist...', which is neither NOGROUP nor 'no such key', so the "
+        "fallback to ensure_group never runs; the streaming reader's commit (group option) then "
+        "fails the query"
+    ),
+)
+def test_move_group_over_a_stream_deleted_since_it_was_read(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    gone, kept = f"{prefix}:gone", f"{prefix}:kept"
+    add(r, gone, "1000-0")
+    add(r, kept, "1000-0", "2000-0")
+    for stream in (gone, kept):
+        r.xgroup_create(stream, "g", id="0")
+    r.delete(gone)
+    catalog.move_group({gone: eid("1000-0"), kept: eid("2000-0")}, "g")
+    assert group_at(r, kept, "g") == "2000-0"
