@@ -1,0 +1,210 @@
+"""One client per process, clear connection errors, pooled raw connections (atlasbus.connection).
+
+Against real redis-servers: the session's, and servers of this module's own where a test needs
+a password or a server that goes away.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from atlasbus.connection import RedisEndpoint, forget_clients, raw_connection, translate_errors
+from atlasbus.errors import RedisUnavailableError
+from atlasbus.redis_server import RedisServer, free_port
+
+PASSWORD = "s3cret-conn-pw"
+CHECK_URL = "Check that the server is running and that option 'url' (or $REDIS_URL) points to it."
+CHECK_CREDENTIALS = "Check the 'username' and 'password' options (or the credentials in 'url')."
+
+
+@pytest.fixture
+def fresh_clients() -> Iterator[None]:
+    """No cached clients before or after the test (other tests reconnect on first use)."""
+    forget_clients()
+    yield
+    forget_clients()
+
+
+@pytest.fixture(scope="module")
+def locked_server() -> Iterator[RedisServer]:
+    """A redis-server of the module's own that wants a password."""
+    with RedisServer() as server:
+        with redis.Redis(port=server.port) as admin:
+            admin.config_set("requirepass", PASSWORD)
+        yield server
+
+
+def client_id(connection: Any) -> int:
+    connection.send_command("CLIENT", "ID")
+    return int(connection.read_response())
+
+
+def host(server: RedisServer) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+# --- one client per process ----------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_one_client_per_endpoint_per_process_and_a_new_one_after_forget_clients(
+    redis_url: str,
+) -> None:
+    endpoint = RedisEndpoint(redis_url)
+    client = endpoint.client()
+    assert endpoint.client() is client
+    assert RedisEndpoint(redis_url).client() is client  # an equal endpoint (an unpickled copy)
+    other_db = RedisEndpoint(redis_url.rsplit("/", 1)[0] + "/1").client()
+    assert other_db is not client
+    forget_clients()
+    again = endpoint.client()
+    assert again is not client and again.ping() is True
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_threads_that_connect_at_once_share_the_first_client_cached(redis_url: str) -> None:
+    endpoint = RedisEndpoint(redis_url)
+    start = threading.Barrier(8)
+    clients: list[redis.Redis] = []
+
+    def connect() -> None:
+        start.wait()
+        clients.append(endpoint.client())
+
+    threads = [threading.Thread(target=connect) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(clients) == 8 and len({id(c) for c in clients}) == 1
+    assert clients[0] is endpoint.client()
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_client_whose_server_went_away_is_dropped_and_the_next_use_reconnects() -> None:
+    with RedisServer() as server:
+        endpoint = RedisEndpoint(server.url)
+        client = endpoint.client()
+        server.kill()  # as a crash between two tasks of the same Python worker
+        with pytest.raises(RedisUnavailableError) as caught, translate_errors(endpoint):
+            client.ping()
+        message = str(caught.value)
+        assert message.startswith(f"cannot reach Redis at {host(server)}: ")
+        assert message.endswith(CHECK_URL)
+        server.start()  # back on the same port
+        again = endpoint.client()
+        assert again is not client and again.ping() is True
+
+
+# --- error wording -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_refused_port_is_named_by_host_and_port_without_the_password() -> None:
+    port = free_port()  # nothing listens there any more
+    endpoint = RedisEndpoint.from_options(f"redis://:{PASSWORD}@127.0.0.1:{port}/0", None, None)
+    with pytest.raises(RedisUnavailableError) as caught:
+        endpoint.client()
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Redis at 127.0.0.1:{port}: Error 111 connecting to ")
+    assert "Connection refused" in message and ".." not in message
+    assert message.endswith(CHECK_URL)
+    assert PASSWORD not in message and PASSWORD not in repr(endpoint)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+@pytest.mark.parametrize(
+    ("url_credentials", "username", "password", "refused"),
+    [
+        ("", None, "wrong-pw", "the default user: invalid username-password pair"),
+        (":wrong-pw@", None, None, "the default user: invalid username-password pair"),
+        ("bob:wrong-pw@", None, None, "user 'bob': invalid username-password pair"),
+        ("", "bob", "wrong-pw", "user 'bob': invalid username-password pair"),
+        ("", None, None, "the default user: Authentication required"),
+    ],
+    ids=["password-option", "password-in-url", "user-in-url", "user-option", "no-password"],
+)
+@pytest.mark.usefixtures("fresh_clients")
+def test_wrong_credentials_are_refused_naming_the_user_never_the_password(
+    locked_server: RedisServer,
+    url_credentials: str,
+    username: str | None,
+    password: str | None,
+    refused: str,
+) -> None:
+    url = f"redis://{url_credentials}127.0.0.1:{locked_server.port}/0"
+    endpoint = RedisEndpoint.from_options(url, username, password)
+    with pytest.raises(RedisUnavailableError) as caught:
+        endpoint.client()
+    message = str(caught.value)
+    assert message.startswith(f"Redis at {host(locked_server)} refused {refused}")
+    assert message.endswith(f". {CHECK_CREDENTIALS}")
+    assert "wrong-pw" not in message and PASSWORD not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert RedisEndpoint.from_options(locked_server.url, None, PASSWORD).client().ping() is True
+
+
+def test_other_redis_errors_pass_through_unchanged(
+    redis_url: str, r: redis.Redis, prefix: str
+) -> None:
+    r.set(f"{prefix}:s", "x")
+    endpoint = RedisEndpoint(redis_url)
+    with pytest.raises(redis.ResponseError, match=r"^WRONGTYPE"), translate_errors(endpoint):
+        endpoint.client().xlen(f"{prefix}:s")
+
+
+# --- raw connections -----------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_raw_connection_goes_back_to_the_pool_and_is_reused(redis_url: str) -> None:
+    endpoint = RedisEndpoint(redis_url)
+    pool = endpoint.client().connection_pool
+    with raw_connection(endpoint) as connection:
+        assert connection in pool._in_use_connections
+        first = client_id(connection)
+    assert connection not in pool._in_use_connections
+    with raw_connection(endpoint) as again:
+        assert client_id(again) == first  # the same open connection
+
+
+def _read_one_entry(endpoint: RedisEndpoint, stream: str) -> Iterator[Any]:
+    """Pipelines two pages; a caller that stops after the first leaves the second unread."""
+    with raw_connection(endpoint) as connection:
+        connection.send_command("XRANGE", stream, "-", "+", "COUNT", 1)
+        connection.send_command("XRANGE", stream, "-", "+")
+        yield connection.read_response()
+        yield connection.read_response()
+
+
+@pytest.mark.parametrize("how", ["error", "generator-closed"])
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_raw_connection_left_mid_reply_is_closed_not_handed_on(
+    redis_url: str, r: redis.Redis, prefix: str, how: str
+) -> None:
+    stream = f"{prefix}:t"
+    for n in range(3):
+        r.xadd(stream, {"n": str(n)})
+    endpoint = RedisEndpoint(redis_url)
+    pool = endpoint.client().connection_pool
+    if how == "error":
+        with pytest.raises(RuntimeError, match="stopped"), raw_connection(endpoint) as connection:
+            first = client_id(connection)
+            connection.send_command("XRANGE", stream, "-", "+")  # its reply is never read
+            raise RuntimeError("stopped")
+    else:
+        with raw_connection(endpoint) as connection:
+            first = client_id(connection)
+        reader = _read_one_entry(endpoint, stream)
+        assert len(next(reader)) == 1
+        reader.close()
+    assert connection not in pool._in_use_connections
+    with raw_connection(endpoint) as again:
+        assert client_id(again) != first  # a new connection: no stale reply waits on it
+        again.send_command("PING")
+        assert again.read_response() in (b"PONG", "PONG")
