@@ -259,8 +259,12 @@ def test_replay_round_trip_is_read_back_by_the_source_and_refused_the_second_tim
     )
     assert second.replayed == ()
     assert [x.why for x in second.already_replayed] == [
-        f"already replayed 1 time(s), last as entry {new_ids[0]}; pass again=True (--again) to replay it again",
-        f"already replayed 1 time(s), last as entry {new_ids[1]}; pass again=True (--again) to replay it again",
+        f"already replayed 1 time(s), last as entry {new_ids[0]}; pass again=True to replay it again",
+        f"already replayed 1 time(s), last as entry {new_ids[1]}; pass again=True to replay it again",
+    ]
+    assert [x.explain("use --again") for x in second.already_replayed] == [
+        f"already replayed 1 time(s), last as entry {new_ids[0]}; use --again to replay it again",
+        f"already replayed 1 time(s), last as entry {new_ids[1]}; use --again to replay it again",
     ]
     assert r.xlen(f"{prefix}:orders") == 2
     third = replay_dead_letters(
@@ -268,6 +272,101 @@ def test_replay_round_trip_is_read_back_by_the_source_and_refused_the_second_tim
     )
     assert len(third.replayed) == 1 and r.xlen(f"{prefix}:orders") == 3
     assert dlq.to_arrow("stage = 'sink-publish'").column("replay_count").to_pylist() == [2]
+
+
+def test_limit_takes_the_oldest_dead_letters_that_would_be_published(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The issue: the oldest rows were replayed before, so ``limit`` replayed 0 of 86 eligible."""
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = sink_letters(10)  # all at T0, so oldest first is dead_letter_id order
+    dlq.append(letters)
+    ordered = sorted(x.dead_letter_id for x in letters)
+    dlq.mark_replayed(ordered[:4], ["1-1", "1-2", "1-3", "1-4"], T0)  # the four oldest
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+
+    dry = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, limit=3, dry_run=True)
+    assert [x.dead_letter_id for x in dry.replayed] == ordered[4:7]
+    # the rows passed over on the way are reported; the newer ones were not looked at
+    assert [x.dead_letter_id for x in dry.already_replayed] == ordered[:4]
+    assert dry.not_replayable == ()
+
+    result = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, limit=3)
+    assert [x.dead_letter_id for x in result.replayed] == ordered[4:7]
+    assert r.xlen(f"{prefix}:orders") == 3
+    counts = {x["dead_letter_id"]: x["replay_count"] for x in dlq.to_arrow().to_pylist()}
+    assert [counts[i] for i in ordered] == [1] * 7 + [0] * 3
+
+    # a limit larger than what is left replays what is left; --again counts replayed ones
+    rest = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, limit=5)
+    assert [x.dead_letter_id for x in rest.replayed] == ordered[7:]
+    assert len(rest.already_replayed) == 7
+    again = replay_dead_letters(
+        dlq, endpoint=endpoint, stream_prefix=prefix, limit=2, again=True, dry_run=True
+    )
+    assert [x.dead_letter_id for x in again.replayed] == ordered[:2]
+    assert again.already_replayed == ()
+
+
+def test_limit_passes_over_dead_letters_with_nothing_to_publish(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    letters = seed(dlq, f"{prefix}:orders")  # decode, sink, bad-json, loss: oldest first
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+    extra = [
+        DeadLetter.for_row(
+            "too-big",
+            f"row {i} too big",
+            write_id="w/-/1",
+            row=i,
+            topic="orders",
+            payload=json.dumps({"n": i}),
+            at=T0.replace(minute=10 + i),
+        )
+        for i in range(2)
+    ]
+    dlq.append(extra)
+    dlq.mark_replayed([letters["decode"].dead_letter_id], ["5-0"], T0)
+
+    dry = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, limit=2, dry_run=True)
+    # sink (minute 1) and the first extra (minute 10): bad-json and loss are passed over
+    assert [x.dead_letter_id for x in dry.replayed] == [
+        letters["sink"].dead_letter_id,
+        extra[0].dead_letter_id,
+    ]
+    assert [x.dead_letter_id for x in dry.already_replayed] == [letters["decode"].dead_letter_id]
+    assert [x.dead_letter_id for x in dry.not_replayable] == [
+        letters["loss"].dead_letter_id,
+        letters["bad-json"].dead_letter_id,
+    ]
+    one = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, limit=1, dry_run=True)
+    # the oldest publishable one is the sink's (minute 1): only the decode letter is older
+    assert [x.dead_letter_id for x in one.replayed] == [letters["sink"].dead_letter_id]
+    assert [x.dead_letter_id for x in one.refused] == [letters["decode"].dead_letter_id]
+
+
+def test_replay_refuses_bad_arguments_naming_them(redis_url: str, tmp_path: Path) -> None:
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    dlq.append(sink_letters(1))
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+    with pytest.raises(ValueError, match=r"^limit must be a positive integer, got 0$"):
+        replay_dead_letters(dlq, endpoint=endpoint, limit=0)
+    with pytest.raises(ValueError, match=r"^stream_prefix must not be empty$"):
+        replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=" ")
+
+
+def test_replay_with_redis_unreachable_claims_nothing(tmp_path: Path) -> None:
+    from atlasbus.errors import RedisUnavailableError
+
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    dlq.append(sink_letters(2))
+    version = dlq.version()
+    endpoint = RedisEndpoint.from_options("redis://127.0.0.1:1/0", None, None)
+    with pytest.raises(RedisUnavailableError, match=r"cannot reach Redis at 127\.0\.0\.1:1"):
+        replay_dead_letters(dlq, endpoint=endpoint)
+    assert dlq.version() == version
+    assert dlq.to_arrow().column("replay_count").to_pylist() == [0, 0]
 
 
 # --- the command line --------------------------------------------------------------------------

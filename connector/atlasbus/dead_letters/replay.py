@@ -17,7 +17,8 @@ replayed.
 
 A dead letter already replayed (``replay_count > 0``) is refused unless ``again=True``. One with
 nothing to publish (a ``data-loss`` range, no payload or no topic) or that the encoder rejects
-(its payload is not a JSON object, ...) is reported, not published.
+(its payload is not a JSON object, ...) is reported, not published. ``limit`` counts only the
+dead letters that would be published: refused ones never use it up (see ``replay_dead_letters``).
 
 If the process dies after claiming and before recording (before, during or after publishing),
 the claimed rows keep ``last_replay_entry_id = "replaying:<token>"``: later replays refuse them
@@ -42,9 +43,10 @@ import pyarrow as pa
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.encode import Rejection, encode_batch
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.publisher import Publisher
 from atlasbus.raw_fields import original_text
-from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_PREFIX, SinkOptions
+from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, SinkOptions
 
 CLAIM_PREFIX = "replaying:"
 """``last_replay_entry_id`` of a dead letter claimed by a replay that has not recorded its entry."""
@@ -62,10 +64,27 @@ class Replayed:
 
 @dataclass(frozen=True)
 class Refused:
-    """A chosen dead letter that was not published, and why."""
+    """A chosen dead letter that was not published, and why.
+
+    ``problem`` says what stopped it. ``again_would`` is what ``again=True`` would do with it
+    ("replay it again", "publish it anyway"), or None when that would not help. ``why`` words
+    both for the Python API; ``explain`` for a caller whose switch has another name (the
+    command line's ``--again``).
+    """
 
     dead_letter_id: str
-    why: str
+    problem: str
+    again_would: str | None = None
+
+    @property
+    def why(self) -> str:
+        return self.explain("pass again=True")
+
+    def explain(self, again: str) -> str:
+        """``problem``, then ``"{again} to {again_would}"`` when ``again=True`` would help."""
+        if self.again_would is None:
+            return self.problem
+        return f"{self.problem}; {again} to {self.again_would}"
 
 
 @dataclass(frozen=True)
@@ -94,18 +113,22 @@ def replay_dead_letters(
 ) -> ReplayResult:
     """Re-publish the dead letters matching ``where`` (a SQL condition over the table's columns).
 
-    Oldest first (``dead_lettered_at``), at most ``limit``. ``dry_run`` checks and reports
-    without publishing or marking anything.
+    Oldest first (``dead_lettered_at``). With ``limit``, the oldest ``limit`` dead letters that
+    would be published: refused ones (replayed before without ``again``, nothing to publish,
+    rejected by the encoder) are passed over, not counted, and reported only when older than
+    the last one chosen; newer ones are not looked at. ``dry_run`` checks and reports without
+    publishing or marking anything. Redis is reached before any dead letter is claimed, so an
+    unreachable server leaves the table as it was.
     """
     if limit is not None and limit <= 0:
         raise ValueError(f"limit must be a positive integer, got {limit}")
+    if not stream_prefix.strip():
+        raise ValueError("stream_prefix must not be empty")
     rows = (
         table.to_arrow(where)
         .sort_by([("dead_lettered_at", "ascending"), ("dead_letter_id", "ascending")])
         .to_pylist()
     )
-    if limit is not None:
-        rows = rows[:limit]
     options = SinkOptions(
         endpoint=endpoint,
         stream_prefix=stream_prefix,
@@ -114,32 +137,46 @@ def replay_dead_letters(
         max_message_bytes=max_message_bytes,
         exactly_once=False,
     )
-    already: list[Refused] = []
-    unusable: list[Refused] = []
+    # (position in rows, refusal): refused before encoding, then by the encoder
+    already: list[tuple[int, Refused]] = []
+    unusable: list[tuple[int, Refused]] = []
     chosen: list[dict[str, Any]] = []
-    for row in rows:
+    positions: list[int] = []  # of chosen[i] in rows
+    for position, row in enumerate(rows):
         ident = row["dead_letter_id"]
         if row["replay_count"] > 0 and not again:
-            already.append(Refused(ident, _replayed_before(row)))
+            already.append((position, _replayed_before(row)))
         elif row["payload"] is None:
-            unusable.append(Refused(ident, _no_payload(row)))
+            unusable.append((position, Refused(ident, _no_payload(row))))
         elif not row["topic"]:
-            unusable.append(Refused(ident, "it has no topic to publish to"))
+            unusable.append((position, Refused(ident, "it has no topic to publish to")))
         else:
             chosen.append(row)
-    batch = _input_batch(chosen)
+            positions.append(position)
     rejected: dict[int, Rejection] = {}
     if chosen:  # checked first, so a dry run reports exactly what a real run would refuse
-        encoded = encode_batch(batch, options, enqueued_time=time.time())
+        encoded = encode_batch(_input_batch(chosen), options, enqueued_time=time.time())
         rejected = {rejection.row: rejection for rejection in encoded.rejections}
     for row_number, rejection in sorted(rejected.items()):
         unusable.append(
-            Refused(
-                chosen[row_number]["dead_letter_id"],
-                f"column '{rejection.column}' {rejection.reason}",
+            (
+                positions[row_number],
+                Refused(
+                    chosen[row_number]["dead_letter_id"],
+                    f"column '{rejection.column}' {rejection.reason}",
+                ),
             )
         )
     keep = [i for i in range(len(chosen)) if i not in rejected]
+    last = len(rows)  # rows after the last one chosen are not looked at
+    if limit is not None and len(keep) > limit:
+        keep = keep[:limit]
+        last = positions[keep[-1]]
+    refused_before = [refused for position, refused in already if position <= last]
+    refused = tuple(refused for position, refused in unusable if position <= last)
+    chosen = [chosen[i] for i in keep]  # from here on: only what this run would publish
+    keep = list(range(len(chosen)))
+    batch = _input_batch(chosen)
     if dry_run or not keep:
         replayed = tuple(
             Replayed(
@@ -150,8 +187,9 @@ def replay_dead_letters(
             )
             for i in keep
         )
-        return ReplayResult(replayed, tuple(already), tuple(unusable), dry_run)
+        return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
 
+    options.endpoint.client()  # reach Redis (or raise) before claiming anything
     claim = f"{CLAIM_PREFIX}{uuid.uuid4().hex}"
     not_after = max(chosen[i]["dead_lettered_at"] for i in keep)
     claimed = set(
@@ -165,7 +203,7 @@ def replay_dead_letters(
     ours = [i for i in keep if chosen[i]["dead_letter_id"] in claimed]
     for i in keep:
         if chosen[i]["dead_letter_id"] not in claimed:
-            already.append(
+            refused_before.append(
                 Refused(
                     chosen[i]["dead_letter_id"],
                     "another replay claimed it first (running at the same time, or it was "
@@ -197,21 +235,24 @@ def replay_dead_letters(
         )
         for i, entry_id in zip(ours, entry_ids, strict=True)
     )
-    return ReplayResult(replayed, tuple(already), tuple(unusable), dry_run)
+    return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
 
 
-def _replayed_before(row: dict[str, Any]) -> str:
+def _replayed_before(row: dict[str, Any]) -> Refused:
+    ident = row["dead_letter_id"]
     last = row["last_replay_entry_id"]
     if last is not None and str(last).startswith(CLAIM_PREFIX):
-        return (
+        return Refused(
+            ident,
             f"claimed at {row['last_replayed_at']} by replay run {last[len(CLAIM_PREFIX) :]}, "
             "which has not recorded the entry it published: it is still running, or it died "
-            "before or after publishing (look in the stream); pass again=True (--again) to "
-            "publish it anyway"
+            "before or after publishing (look in the stream)",
+            "publish it anyway",
         )
-    return (
-        f"already replayed {row['replay_count']} time(s), last as entry {last}; pass "
-        "again=True (--again) to replay it again"
+    return Refused(
+        ident,
+        f"already replayed {row['replay_count']} time(s), last as entry {last}",
+        "replay it again",
     )
 
 
