@@ -31,7 +31,10 @@ from atlasbus.dead_letters import (
     sink_write_id,
     split_decoded,
 )
+from atlasbus.dead_letters.sink import rejected_rows
 from atlasbus.decode import decode_envelopes
+from atlasbus.encode import Rejection
+from atlasbus.values import int32_or_none, text_or_none
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -413,3 +416,47 @@ def test_mark_replayed_counts_each_replay_once(dlq: DeadLetterTable) -> None:
     assert dlq.mark_replayed(["no-such-id"], ["300-0"]) == 0
     with pytest.raises(ValueError, match="one entry ID per dead letter: 1 IDs, 2 entry IDs"):
         dlq.mark_replayed(["x"], ["1-0", "2-0"])
+
+
+# --- the columns a dead letter makes of loose values ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        (5, 5),
+        ("7", 7),
+        (" -3 ", -3),
+        ("high", None),
+        ("", None),
+        (2**31 - 1, 2**31 - 1),
+        (2**31, None),
+        (str(-(2**31)), -(2**31)),
+        (-(2**31) - 1, None),
+        ([1], None),
+    ],
+)
+def test_int32_or_none(value: object, expected: int | None) -> None:
+    assert int32_or_none(value) == expected
+
+
+def test_text_or_none() -> None:
+    assert (text_or_none(None), text_or_none("a"), text_or_none(3)) == (None, "a", "3")
+
+
+def test_sink_dead_letters_keep_out_of_range_counts_in_fields_only() -> None:
+    batch = pa.record_batch(
+        {
+            "topic": pa.array(["orders", "orders"]),
+            "payload": pa.array([{"n": 1}, {"n": 2}], pa.struct([("n", pa.int64())])),
+            "priority": pa.array([3, 4], pa.int32()),
+            "delivery_attempts": pa.array([1, 2**40], pa.int64()),
+        }
+    )
+    rejections = [Rejection(row=11, topic="orders", column="payload", reason="is too big")]
+    (letter,) = rejected_rows(
+        batch, rejections, row_base=10, write_id="w/1/0", context=QueryContext("q", None, 1), at=T0
+    )
+    assert (letter.priority, letter.delivery_attempts, letter.payload) == (4, None, '{"n":2}')
+    assert letter.fields == {"topic": "orders", "priority": "4", "delivery_attempts": str(2**40)}

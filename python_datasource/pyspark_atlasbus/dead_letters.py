@@ -29,6 +29,7 @@ from atlasbus.dead_letters import (
     DeadLetterTableError,
     QueryContext,
 )
+from atlasbus.values import int32_or_none, text_or_none
 
 log = logging.getLogger("atlasbus.dead_letters")
 
@@ -216,10 +217,10 @@ def _processing_letters(
         message = row.pop(ERROR_COLUMN, None) or error
         details = _details(row)
         common: dict[str, Any] = {
-            "topic": _text(row.get("topic")),
-            "correlation_id": _text(row.get("correlation_id")),
-            "priority": _int32(row.get("priority")),
-            "delivery_attempts": _int32(row.get("delivery_attempts")),
+            "topic": text_or_none(row.get("topic")),
+            "correlation_id": text_or_none(row.get("correlation_id")),
+            "priority": int32_or_none(row.get("priority")),
+            "delivery_attempts": int32_or_none(row.get("delivery_attempts")),
             "payload": _payload(row),
             "fields": details,
             "context": context,
@@ -286,15 +287,3 @@ def _json(value: Any) -> str:
 
 def _canonical(row: Mapping[str, Any]) -> str:
     return json.dumps(row, default=str, sort_keys=True)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _int32(value: Any) -> int | None:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if -(2**31) <= number < 2**31 else None

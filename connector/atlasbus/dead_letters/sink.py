@@ -21,6 +21,7 @@ import pyarrow.types as pat
 from atlasbus.dead_letters.record import DeadLetter, QueryContext
 from atlasbus.dead_letters.schema import SINK_PUBLISH
 from atlasbus.encode import Rejection, json_text
+from atlasbus.values import int32_or_none
 
 
 def rejected_rows(
@@ -36,7 +37,7 @@ def rejected_rows(
     if not rejections:
         return []
     taken = batch.take(pa.array([r.row - row_base for r in rejections], pa.int64()))
-    texts = {name: _text(taken.column(name)).to_pylist() for name in taken.schema.names}
+    texts = {name: _text_column(taken.column(name)).to_pylist() for name in taken.schema.names}
     letters = []
     for index, rejection in enumerate(rejections):
         row = {name: values[index] for name, values in texts.items()}
@@ -49,8 +50,8 @@ def rejected_rows(
                 stage=SINK_PUBLISH,
                 topic=rejection.topic,
                 correlation_id=row.get("correlation_id"),
-                priority=_int32(row.get("priority")),
-                delivery_attempts=_int32(row.get("delivery_attempts")),
+                priority=int32_or_none(row.get("priority")),
+                delivery_attempts=int32_or_none(row.get("delivery_attempts")),
                 payload=row.get("payload"),
                 fields={k: v for k, v in row.items() if k != "payload" and v is not None},
                 context=context,
@@ -60,15 +61,8 @@ def rejected_rows(
     return letters
 
 
-def _text(column: pa.Array) -> pa.Array:
+def _text_column(column: pa.Array) -> pa.Array:
     """A column as text: JSON for structs and maps, decimal for integers."""
     if pat.is_struct(column.type) or pat.is_map(column.type):
         return json_text(column).cast(pa.string())
     return column.cast(pa.string())
-
-
-def _int32(text: str | None) -> int | None:
-    if text is None:
-        return None
-    value = int(text)
-    return value if -(2**31) <= value < 2**31 else None

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from atlasbus.dead_letters.record import DeadLetter, QueryContext
 from atlasbus.dead_letters.schema import SOURCE_DECODE
 from atlasbus.raw_fields import original_text
+from atlasbus.values import int32_or_none, text_or_none
 
 MALFORMED_ENTRY = "malformed-entry"
 
@@ -60,25 +61,12 @@ def _letter(
         str(row["error"]),
         stream=str(row["stream"]),
         entry_id=str(row["id"]),
-        topic=_text(row["topic"]),
+        topic=text_or_none(row["topic"]),
         correlation_id=original_text(raw.get("correlation_id")),
-        priority=_int(raw.get("priority")),
-        delivery_attempts=_int(raw.get("delivery_attempts")),
+        priority=int32_or_none(raw.get("priority")),  # the raw text stays in fields
+        delivery_attempts=int32_or_none(raw.get("delivery_attempts")),
         payload=original_text(raw.get("payload")),
         fields=raw,
         context=context,
         at=at,
     )
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _int(text: str | None) -> int | None:
-    """The value if it is a 32-bit integer; the raw text stays in ``fields`` either way."""
-    try:
-        value = int(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and -(2**31) <= value < 2**31 else None
