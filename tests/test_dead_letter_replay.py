@@ -17,6 +17,7 @@ import redis
 from deltalake import DeltaTable
 from pyspark.sql.functions import col
 
+from atlasbus import dlq_cli
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import (
     PROCESSING,
@@ -26,7 +27,7 @@ from atlasbus.dead_letters import (
     replay_dead_letters,
 )
 from helpers import BatchCollector, publish, stream_reader
-from pyspark_atlasbus import dlq_cli, with_dead_letters
+from pyspark_atlasbus import with_dead_letters
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -505,7 +506,7 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "pyspark_atlasbus.dlq_cli",
+            "atlasbus.dlq_cli",
             "dlq",
             "summary",
             "--table",
@@ -521,7 +522,7 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[2].split()[:2] == ["data-loss", "1"]
     assert "SparkContext" not in done.stderr and "JAVA" not in done.stderr
     help_text = subprocess.run(
-        [sys.executable, "-m", "pyspark_atlasbus.dlq_cli", "dlq", "replay", "--help"],
+        [sys.executable, "-m", "atlasbus.dlq_cli", "dlq", "replay", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -672,7 +673,7 @@ def test_two_cli_replays_started_together_publish_each_dead_letter_once(
     command = [
         sys.executable,
         "-m",
-        "pyspark_atlasbus.dlq_cli",
+        "atlasbus.dlq_cli",
         "dlq",
         "replay",
         "--table",

@@ -20,7 +20,7 @@ from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError
-from atlasbus.sink_options import DEFAULT_STREAM_PREFIX
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 
 SHOW_COLUMNS = (
     "dead_letter_id",
@@ -217,7 +217,7 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
         out.write(
             format_table(
                 ["not replayed", "why"],
-                [[r.dead_letter_id[:ID_WIDTH], r.why] for r in result.refused],
+                [[r.dead_letter_id[:ID_WIDTH], r.explain("use --again")] for r in result.refused],
             )
         )
     out.write(

@@ -13,7 +13,8 @@ from atlasbus import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pyspark_atlasbus import demo, dlq_cli
+    from atlasbus import dlq_cli
+    from pyspark_atlasbus import demo
 
     parser = argparse.ArgumentParser(
         prog="atlasbus",
