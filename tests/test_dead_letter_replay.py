@@ -482,7 +482,7 @@ def test_cli_errors_are_one_line_and_exit_2(
     assert code == 2
     assert capsys.readouterr().err == (
         f"atlasbus dlq: error: no dead-letter table at {str(tmp_path / 'nope')!r}: it is created "
-        "by the first dead letter written there; check the deadLetterTable option for a typo\n"
+        "by the first dead letter written there; check --table for a typo\n"
     )
     code, _ = cli("dlq", "summary", "--table", str(tmp_path / "nope"), "--by", "colour")
     assert code == 2

@@ -1,25 +1,31 @@
 """``atlasbus dlq show | summary | replay``: the dead-letter table from a terminal.
 
-Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM. ``replay``
-is ``atlasbus.dead_letters.replay_dead_letters``: it claims the dead letters in the table before
+Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM, which is why
+it lives in the core (``pyspark_atlasbus.cli`` only registers it). ``replay`` is
+``atlasbus.dead_letters.replay_dead_letters``: it claims the dead letters in the table before
 publishing them, so two runs at once publish each one once (docs/dead-letters.md, Replay).
+
+What the command line prints names its flags (``--url``, ``--table``, ``--again``), not the
+Python arguments or Spark options the core's messages name: see ``cli_wording``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import importlib
 import sys
-from collections.abc import Sequence
+import textwrap
+import warnings
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from deltalake.exceptions import DeltaError
 
 from atlasbus.connection import RedisEndpoint
-from atlasbus.dead_letters import DeadLetterTable, ReplayResult, replay_dead_letters
+from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
-from atlasbus.errors import AtlasbusError
+from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 
 SHOW_COLUMNS = (
@@ -40,12 +46,53 @@ WHERE_HELP = (
     "a SQL condition over the table's columns, e.g. \"stage = 'sink-publish' AND topic = "
     "'orders'\" or \"dead_lettered_at > '2024-05-01'\""
 )
+AGAIN = "use --again"
+"""How the command line says ``again=True`` in a refusal (``Refused.explain``)."""
+
+CLI_WORDING: Final = (
+    ("option 'url' (or $REDIS_URL)", "--url (or $REDIS_URL)"),
+    (
+        "Check the 'username' and 'password' options (or the credentials in 'url').",
+        "Check the user name and password in --url (or $REDIS_URL).",
+    ),
+    ("check the deadLetterTable option for a typo", "check --table for a typo"),
+    (
+        "point deadLetterTable at a new path or an atlasbus dead-letter table",
+        "point --table at an atlasbus dead-letter table",
+    ),
+)
+"""The core's words for what the command line calls by a flag, and the command line's words."""
+
+
+def cli_wording(message: str) -> str:
+    """``message`` (from the core) with its option and argument names replaced by the flags."""
+    for api, cli in CLI_WORDING:
+        message = message.replace(api, cli)
+    return message
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but it wraps only at spaces: a column name, a flag or a
+    ``{stream-prefix}:{topic}`` is never cut across lines."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in _wrap(text, width - len(indent)))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(
+        " ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False
+    )
 
 
 def register(subparsers: Any) -> None:
     """Add the ``dlq`` command group to the ``atlasbus`` command line."""
     dlq = subparsers.add_parser(
         "dlq",
+        formatter_class=HelpFormatter,
         help="inspect and replay the dead-letter table",
         description="Inspect and replay an atlasbus dead-letter table (a Delta table). "
         "Uses delta-rs; starts no Spark.",
@@ -54,6 +101,7 @@ def register(subparsers: Any) -> None:
 
     show = commands.add_parser(
         "show",
+        formatter_class=HelpFormatter,
         help="list dead letters, newest first",
         description="List dead letters, newest first, as a table (long values are cut; the "
         "full dead_letter_id with --full).",
@@ -63,13 +111,14 @@ def register(subparsers: Any) -> None:
     show.add_argument(
         "--columns",
         default=",".join(SHOW_COLUMNS),
-        help=f"comma-separated columns to show (default {','.join(SHOW_COLUMNS)})",
+        help=f"comma-separated columns to show (default {', '.join(SHOW_COLUMNS)})",
     )
     show.add_argument("--full", action="store_true", help="do not cut long values")
     show.set_defaults(run=run_show)
 
     summary = commands.add_parser(
         "summary",
+        formatter_class=HelpFormatter,
         help="count dead letters per group",
         description="Count dead letters per group (default: topic, stage, reason), with the "
         "first and last time one was recorded.",
@@ -78,15 +127,19 @@ def register(subparsers: Any) -> None:
     summary.add_argument(
         "--by",
         default=",".join(SUMMARY_BY),
-        help=f"comma-separated columns to group by (default {','.join(SUMMARY_BY)})",
+        help=f"comma-separated columns to group by (default {', '.join(SUMMARY_BY)}; an empty "
+        "list counts them all together)",
     )
     summary.add_argument(
-        "--freq", help="also group by time window: a pandas frequency such as 1h, 15min, 1D"
+        "--freq",
+        type=_frequency,
+        help="also group by time window: a fixed pandas frequency such as 1h, 15min, 1D",
     )
     summary.set_defaults(run=run_summary)
 
     replay = commands.add_parser(
         "replay",
+        formatter_class=HelpFormatter,
         help="re-publish dead letters to their topics",
         description="Re-publish the chosen dead letters to {stream-prefix}:{topic} in the wire "
         "format, with delivery_attempts one higher, and record replay_count, last_replayed_at "
@@ -96,14 +149,20 @@ def register(subparsers: Any) -> None:
         "--again. Exit status 1 when a chosen dead letter was not replayed.",
     )
     _common(replay)
-    replay.add_argument("--limit", type=_positive, help="replay at most this many, oldest first")
+    replay.add_argument(
+        "--limit",
+        type=_positive,
+        help="replay at most this many, oldest first; dead letters refused (replayed before, "
+        "nothing to publish) do not count",
+    )
     replay.add_argument(
         "--url",
-        default=os.environ.get("REDIS_URL"),
+        type=_non_empty,
         help="Redis URL to publish to (default $REDIS_URL, else redis://localhost:6379/0)",
     )
     replay.add_argument(
         "--stream-prefix",
+        type=_non_empty,
         default=DEFAULT_STREAM_PREFIX,
         help=f"publish to {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
@@ -118,9 +177,35 @@ def register(subparsers: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--table", required=True, help="the dead-letter table: a path or a delta-rs URI"
+        "--table",
+        type=_non_empty,
+        required=True,
+        help="the dead-letter table: a path or a delta-rs URI",
     )
-    parser.add_argument("--where", help=WHERE_HELP)
+    parser.add_argument("--where", type=_non_empty, help=WHERE_HELP)
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _frequency(text: str) -> str:
+    """A pandas frequency of fixed length (``dt.floor`` takes no months or years)."""
+    pd: Any = importlib.import_module("pandas")  # untyped for mypy; summary() uses it anyway
+
+    try:
+        with warnings.catch_warnings():  # pandas' deprecation notes on aliases such as "M"
+            warnings.simplefilter("ignore")
+            span = pd.Timedelta(pd.tseries.frequencies.to_offset(text))
+    except (TypeError, ValueError):
+        span = None
+    if span is None or span <= pd.Timedelta(0):
+        raise argparse.ArgumentTypeError(
+            f"must be a fixed time span such as 1h, 15min or 1D, got {text!r}"
+        )
+    return text
 
 
 def _positive(text: str) -> int:
@@ -133,14 +218,23 @@ def _positive(text: str) -> int:
     return value
 
 
-def _columns(text: str, what: str) -> list[str]:
-    from atlasbus.dead_letters import COLUMNS
-
+def _columns(text: str, what: str, *, allow_none: bool = False) -> list[str]:
     names = [c.strip() for c in text.split(",") if c.strip()]
     unknown = [c for c in names if c not in COLUMNS]
     if unknown:
         raise AtlasbusError(f"{what}: unknown column(s) {unknown}; valid: {', '.join(COLUMNS)}")
+    if not names and not allow_none:
+        raise AtlasbusError(f"{what}: names no column; valid: {', '.join(COLUMNS)}")
     return names
+
+
+def _endpoint(url: str | None) -> RedisEndpoint:
+    """Where to publish, from --url, else $REDIS_URL, else localhost; errors name the source."""
+    source = "--url" if url is not None else "$REDIS_URL"
+    try:
+        return RedisEndpoint.from_options(url, None, None)
+    except ConfigurationError as exc:
+        raise ConfigurationError(str(exc).replace("option 'url'", source)) from None
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -173,7 +267,7 @@ def run_summary(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _summary(args: argparse.Namespace, out: TextIO) -> int:
-    by = _columns(args.by, "--by")
+    by = _columns(args.by, "--by", allow_none=True)
     frame = DeadLetterTable(args.table).summary(by=by, freq=args.freq, filter=args.where)
     headers = [str(c) for c in frame.columns]
     cells = [[_cell(v, width=CELL_WIDTH) for v in row] for row in frame.itertuples(index=False)]
@@ -190,7 +284,7 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
     result = replay_dead_letters(
         DeadLetterTable(args.table),
-        endpoint=RedisEndpoint.from_options(args.url, None, None),
+        endpoint=_endpoint(args.url),
         where=args.where,
         stream_prefix=args.stream_prefix,
         again=args.again,
@@ -217,7 +311,7 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
         out.write(
             format_table(
                 ["not replayed", "why"],
-                [[r.dead_letter_id[:ID_WIDTH], r.explain("use --again")] for r in result.refused],
+                [[r.dead_letter_id[:ID_WIDTH], r.explain(AGAIN)] for r in result.refused],
             )
         )
     out.write(
@@ -226,12 +320,12 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
     )
 
 
-def _guard(out: TextIO, action: Any) -> int:
-    """Known errors as one line on stderr and exit status 2, not a traceback."""
+def _guard(out: TextIO, action: Callable[[], int]) -> int:
+    """Known errors as one line on stderr (in the command line's words) and exit status 2."""
     try:
         return int(action())
     except (AtlasbusError, ValueError) as exc:
-        sys.stderr.write(f"atlasbus dlq: error: {exc}\n")
+        sys.stderr.write(f"atlasbus dlq: error: {cli_wording(str(exc))}\n")
         return 2
     except DeltaError as exc:  # from delta-rs / DataFusion: a bad --where, most often
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
