@@ -63,7 +63,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(["demo", *(sys.argv[1:] if argv is None else argv)])
     return int(args.run(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -122,8 +122,9 @@ def run_pipeline(
             "starting the streaming query: Spark plans it and starts the atlasbus source's "
             "Python planner ..."
         )
-        query = start_query(spark, url, paths, writer)
-        failure = wait_until_running(query, stop)
+        if not stop.event.is_set():
+            query = start_query(spark, url, paths, writer)
+            failure = wait_until_running(query, stop)
         if failure is None and not stop.event.is_set():
             publisher.start()
             clock.say(
@@ -153,7 +154,8 @@ def run_pipeline(
                 clock=clock,
             )
         progress.finish_line()
-        stop_query(query)
+        if query is not None:
+            stop_query(query)
     except KeyboardInterrupt:  # the second Ctrl-C
         progress.finish_line()
         print("stopping now ...", flush=True)
@@ -225,7 +227,7 @@ def start_spark(root: Path) -> Any:
 def warm_up_workers(spark: Any) -> None:
     """Start the executors' Python workers and import what reading a batch needs.
 
-    Spark reuses Python workers, so the first micro-batch does not pay for it.
+    Spark reuses Python workers, so the first micro-batch does not pay for them.
     """
     spark.range(0, 2, numPartitions=2).mapInArrow(_import_readers, "id long").collect()
 
@@ -287,7 +289,6 @@ def watch(
     clock: Clock,
 ) -> str | None:
     """Redraw the progress line until ``until()``, Ctrl-C or a failure (returned as text)."""
-    reported_first = progress.writer.first_read_at is not None
     while not until() and not stop.event.is_set():
         if publisher.error is not None:
             return f"publishing to Redis failed: {publisher.error}"
@@ -295,13 +296,13 @@ def watch(
             error = query.exception()
             return f"the streaming query stopped: {error}" if error else "the query stopped"
         first = progress.writer.first_read_at
-        if not reported_first and first is not None and publisher.started_at is not None:
+        if not progress.first_reported and first is not None and publisher.started_at:
             progress.finish_line()
             clock.say(
                 f"first micro-batch committed {first - publisher.started_at:.1f} s after the "
                 "traffic started"
             )
-            reported_first = True
+            progress.first_reported = True
         progress.show()
         stop.event.wait(progress.interval)
     progress.show(force=True)

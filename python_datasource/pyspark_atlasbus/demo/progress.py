@@ -33,6 +33,8 @@ class Progress:
         self._last_shown = 0.0
         self._drawn = False
         self._legend_shown = False
+        self.first_reported = False
+        """Whether the first micro-batch's delay after the traffic started was printed."""
 
     def caught_up(self, published_by_thread: int) -> bool:
         """Every published entry committed, and the group moved there (at the next trigger)."""

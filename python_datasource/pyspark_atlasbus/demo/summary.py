@@ -190,8 +190,12 @@ def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
         )
     else:
         root = notebook.parent.parent
+        if (root / "pyproject.toml").exists():  # the checkout: its notebooks extra
+            install = f"{shlex.quote(str(root))}'[notebooks]'"
+        else:  # what the extra holds
+            install = "jupyterlab ipykernel matplotlib"
         lines += [
-            f"    {_bin('pip')} install {shlex.quote(str(root))}'[notebooks]'",
+            f"    {_bin('pip')} install {install}",
             f"    {env} {_bin('jupyter')} lab {shlex.quote(str(notebook))}",
         ]
     if shown_url != url and redis_alive:
