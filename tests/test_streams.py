@@ -248,17 +248,6 @@ def test_move_group_moves_it_where_it_exists_and_creates_it_where_it_does_not(
     assert group_at(r, a, "g") == "1500-0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=redis.ResponseError,
-    reason=(
-        "StreamCatalog.move_group on a stream that no longer exists (DEL after it was read) "
-        "raises: Redis answers XGROUP SETID on a missing key with 'ERR The XGROUP subcommand "
-        "requires the key to exist...', which is neither NOGROUP nor 'no such key', so the "
-        "fallback to ensure_group never runs; the streaming reader's commit (group option) then "
-        "fails the query"
-    ),
-)
 def test_move_group_over_a_stream_deleted_since_it_was_read(
     catalog: StreamCatalog, r: redis.Redis, prefix: str
 ) -> None:
@@ -270,3 +259,4 @@ def test_move_group_over_a_stream_deleted_since_it_was_read(
     r.delete(gone)
     catalog.move_group({gone: eid("1000-0"), kept: eid("2000-0")}, "g")
     assert group_at(r, kept, "g") == "2000-0"
+    assert not r.exists(gone)  # not brought back as an empty stream

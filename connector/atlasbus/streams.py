@@ -207,7 +207,11 @@ class StreamCatalog:
         return True
 
     def move_group(self, positions: dict[str, EntryId], group: str) -> None:
-        """XGROUP SETID on each stream (creating the group where it is missing)."""
+        """XGROUP SETID on each stream (creating the group where it is missing).
+
+        A stream deleted since the query read it is left alone: there is nothing to mirror, and
+        creating the group would bring the key back as an empty stream.
+        """
         import redis
 
         with translate_errors(self.endpoint):
@@ -215,7 +219,10 @@ class StreamCatalog:
                 try:
                     self._redis.xgroup_setid(stream, group, id=str(position))
                 except redis.ResponseError as exc:
-                    if "NOGROUP" not in str(exc) and "no such key" not in str(exc).lower():
+                    message = str(exc).lower()
+                    if "requires the key to exist" in message or "no such key" in message:
+                        continue
+                    if "nogroup" not in message:
                         raise
                     self.ensure_group(stream, group, position)
 
