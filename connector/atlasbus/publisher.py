@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.encode import EncodedBatch, encode_batch
@@ -105,6 +106,7 @@ class Publisher:
         # published one among them (see the module docstring).
         self._held: list[pa.RecordBatch] | None = None
         self._held_rows = 0
+        self._checked_keys: set[str] = set()  # target keys known to be streams (or absent)
         self._conn: Any = None
         self._borrowed: ExitStack | None = None  # returns the connection to its pool
 
@@ -237,6 +239,7 @@ class Publisher:
             if self.options.dead_letter_table is None:
                 raise PublishError(_rejection_message(encoded))
             self._dead_letter(batch.slice(skip), encoded, row_base=first + skip)
+        self._check_stream_keys(encoded)
         offset = first + skip  # task-wide number of encoded row 0
         start = 0
         while start < len(encoded):
@@ -258,6 +261,30 @@ class Publisher:
             reached = min(max(self.done - offset, start), len(encoded))
             self.skipped += reached - start - ours
             start = reached
+
+    def _check_stream_keys(self, encoded: EncodedBatch) -> None:
+        """Refuse, before any transaction, a target key that exists but is not a stream.
+
+        Redis runs the rest of a MULTI when one XADD fails at EXEC (no rollback), so the marker
+        would count rows that were never published. One TYPE per new key per task.
+        """
+        if isinstance(encoded.streams, str):
+            keys = {encoded.streams}
+        else:
+            keys = {str(k) for k in pc.unique(encoded.streams).to_pylist() if k is not None}
+        new = sorted(keys - self._checked_keys)
+        if not new:
+            return
+        replies = self._roundtrip([_resp("TYPE", key) for key in new], len(new))
+        for key, kind in zip(new, replies, strict=True):
+            text = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if text not in ("stream", "none"):
+                raise PublishError(
+                    f"cannot publish to {key!r}: that key holds a Redis {text}, not a stream; "
+                    "nothing of this batch was published. Rename or delete the key, or publish "
+                    "to another topic (or streamPrefix)"
+                )
+        self._checked_keys.update(new)
 
     def _dead_letter(self, batch: pa.RecordBatch, encoded: EncodedBatch, *, row_base: int) -> None:
         """Record the rejected rows before anything of their batch is published.
