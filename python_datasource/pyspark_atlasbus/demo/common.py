@@ -6,6 +6,8 @@ from atlasbus.traffic import TOPICS
 
 STREAM_PREFIX = "atlasbus_demo"
 STREAMS = tuple(f"{STREAM_PREFIX}:{topic}" for topic in TOPICS)
+WARM_UP_STREAM = f"{STREAM_PREFIX}:warmup"
+"""Holds one entry for a moment: Spark reads it before the query starts, then it is deleted."""
 GROUP = "atlasbus-demo"
 QUERY_NAME = "atlasbus_demo"
 EVENTS_APP_ID = "atlasbus-demo-events"

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from atlasbus.redis_server import RedisServer
-from atlasbus.traffic import TOPICS
+from atlasbus.traffic import TOPICS, TrafficGenerator
 from pyspark_atlasbus.demo.common import (
     DRAIN_TIMEOUT_S,
     EXIT_INTERRUPTED,
     GROUP,
     QUERY_NAME,
     STREAM_PREFIX,
+    WARM_UP_STREAM,
     DemoError,
 )
 from pyspark_atlasbus.demo.progress import Progress
@@ -116,8 +117,11 @@ def run_pipeline(
     query = None
     failure: str | None = None
     try:
-        clock.say("warming up Spark's Python workers (they import atlasbus, Arrow, delta-rs) ...")
-        warm_up_workers(spark)
+        clock.say(
+            "warming up Spark: its Python workers import atlasbus, Arrow and delta-rs, and "
+            "read one entry of a warm-up stream ..."
+        )
+        warm_up_workers(spark, client, url)
         clock.say(
             "starting the streaming query: Spark plans it and starts the atlasbus source's "
             "Python planner ..."
@@ -224,12 +228,27 @@ def start_spark(root: Path) -> Any:
         ) from None
 
 
-def warm_up_workers(spark: Any) -> None:
-    """Start the executors' Python workers and import what reading a batch needs.
+def warm_up_workers(spark: Any, client: Any, url: str) -> None:
+    """Start the executors' Python workers, import what reading a batch needs, and read one
+    entry of a warm-up stream (deleted after) with ``spark.read.format("atlasbus")``.
 
-    Spark reuses Python workers, so the first micro-batch does not pay for them.
+    Spark reuses Python workers and what it set up for the source's first read, so the first
+    micro-batch does not pay for them.
     """
     spark.range(0, 2, numPartitions=2).mapInArrow(_import_readers, "id long").collect()
+    (message,) = TrafficGenerator(seed=1, malformed_share=0.0).take(1)
+    client.xadd(WARM_UP_STREAM, message.fields)
+    try:
+        (
+            spark.read.format("atlasbus")
+            .option("url", url)
+            .option("streamPrefix", STREAM_PREFIX)
+            .option("topics", WARM_UP_STREAM.rsplit(":", 1)[1])
+            .load()
+            .toArrow()
+        )
+    finally:
+        client.delete(WARM_UP_STREAM)
 
 
 def _import_readers(batches: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from atlasbus.redis_server import RedisServer
-from pyspark_atlasbus.demo.common import GROUP, STREAMS, DemoError
+from pyspark_atlasbus.demo.common import GROUP, STREAMS, WARM_UP_STREAM, DemoError
 
 
 def start_embedded_redis(timeout: float = 10.0) -> RedisServer:
@@ -51,7 +51,7 @@ def connect(url: str, embedded: bool) -> Any:
 
 def reset_streams(client: Any) -> None:
     """Start from empty demo streams (only the demo's own keys), so the counts add up."""
-    client.delete(*STREAMS)
+    client.delete(*STREAMS, WARM_UP_STREAM)
 
 
 def published_entries(client: Any) -> int:
