@@ -18,7 +18,6 @@ from os import PathLike, fspath
 from typing import Any, Literal
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.functions import coalesce, expr, lit
 
@@ -30,6 +29,7 @@ from atlasbus.dead_letters import (
     QueryContext,
 )
 from atlasbus.values import int32_or_none, text_or_none
+from pyspark_atlasbus.query_context import query_context_from
 
 log = logging.getLogger("atlasbus.dead_letters")
 
@@ -38,39 +38,6 @@ ENGINES: tuple[Engine, ...] = ("auto", "delta-spark", "delta-rs")
 
 # What format("delta") resolves to; if the JVM cannot load it, delta-spark cannot read.
 _DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-
-
-# Spark's own keys (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY), and the
-# job description a streaming query sets: "{name}\nid = {id}\nrunId = {runId}\nbatch = {n}".
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
-JOB_DESCRIPTION_PROPERTY = "spark.job.description"
-
-
-def query_context_from(get: Callable[[str], str | None]) -> QueryContext:
-    """The streaming query's ID, name and micro-batch from Spark's local properties.
-
-    ``get`` is ``TaskContext.getLocalProperty`` on an executor or
-    ``SparkContext.getLocalProperty`` in ``foreachBatch``. Outside a streaming query (a batch
-    read) every field is None.
-    """
-    query_id = get(QUERY_ID_PROPERTY) or None
-    raw_batch = get(BATCH_ID_PROPERTY)
-    batch_id = int(raw_batch) if raw_batch and raw_batch.lstrip("-").isdigit() else None
-    name = None
-    description = get(JOB_DESCRIPTION_PROPERTY) or ""
-    lines = description.split("\n")
-    if query_id and len(lines) > 1 and lines[1] == f"id = {query_id}":
-        name = lines[0] or None
-    return QueryContext(query_id=query_id, query_name=name, batch_id=batch_id)
-
-
-def task_query_context() -> QueryContext:
-    """``query_context_from`` the running task's local properties; executor."""
-    context = TaskContext.get()
-    if context is None:
-        return QueryContext()
-    return query_context_from(context.getLocalProperty)
 
 
 def delta_jars_available(spark: SparkSession) -> bool:

@@ -40,6 +40,6 @@ def _context(partition: RangePartition) -> QueryContext | None:
     """Who is reading, for dead letters; only looked up when they are routed to a table."""
     if partition.options.dead_letter_table is None:
         return None
-    from pyspark_atlasbus.dead_letters import task_query_context
+    from pyspark_atlasbus.query_context import task_query_context
 
     return task_query_context()

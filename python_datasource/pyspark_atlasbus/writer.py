@@ -31,10 +31,11 @@ from pyspark.sql.datasource import (
 from atlasbus.errors import PublishError
 from atlasbus.publisher import Publisher, delete_markers, marker_key, retire_streaming_markers
 from atlasbus.sink_options import SinkOptions
-
-# Spark's own keys (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY).
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-BATCH_ID_PROPERTY = "streaming.sql.batchId"
+from pyspark_atlasbus.query_context import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    task_query_context,
+)
 
 
 @dataclass
@@ -64,7 +65,6 @@ def _publish(
     query_context = None
     if options.dead_letter_table is not None and dead_letter_write is not None:
         from atlasbus.dead_letters import sink_write_id
-        from pyspark_atlasbus.dead_letters import task_query_context
 
         dead_letter_write_id = sink_write_id(*dead_letter_write, partition)
         query_context = task_query_context()
