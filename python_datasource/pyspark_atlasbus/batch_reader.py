@@ -13,12 +13,14 @@ from atlasbus.positions import ending_offsets, starting_offsets
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
 from pyspark_atlasbus.partition import RangePartition, read_partition
+from pyspark_atlasbus.user_errors import user_facing
 
 
 class AtlasbusBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
+    @user_facing
     def partitions(self) -> Sequence[InputPartition]:
         """Resolve both ends now and plan the ranges; driver."""
         catalog = StreamCatalog(self.options.endpoint)

@@ -63,6 +63,7 @@ from atlasbus.schema import schema_for, spark_ddl
 from atlasbus.sink_columns import ACCEPTED_TYPES
 from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
 from atlasbus.source_options import SourceOptions, parse_source_options
+from pyspark_atlasbus.user_errors import user_facing
 
 
 class AtlasbusDataSource(DataSource):
@@ -75,10 +76,12 @@ class AtlasbusDataSource(DataSource):
     def _source_options(self) -> SourceOptions:
         return parse_source_options(self.options)
 
+    @user_facing
     def schema(self) -> str:
         """The read schema; parsing the options here makes a bad option fail at ``load()``."""
         return spark_ddl(schema_for(self._source_options().format))
 
+    @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
         from pyspark_atlasbus.batch_reader import AtlasbusBatchReader
 
@@ -86,6 +89,7 @@ class AtlasbusDataSource(DataSource):
         require_batch_compatible(options)
         return AtlasbusBatchReader(options)
 
+    @user_facing
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
@@ -114,11 +118,13 @@ class AtlasbusDataSource(DataSource):
         check_input_schema(pa.schema(fields), options)
         return options
 
+    @user_facing
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pyspark_atlasbus.writer import AtlasbusBatchWriter
 
         return AtlasbusBatchWriter(self._sink_options(schema))
 
+    @user_facing
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from pyspark_atlasbus.writer import AtlasbusStreamWriter
 

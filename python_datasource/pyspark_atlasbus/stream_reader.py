@@ -26,6 +26,7 @@ from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog, StreamInfo
 from pyspark_atlasbus.partition import RangePartition, read_partition
+from pyspark_atlasbus.user_errors import user_facing
 
 
 class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -41,6 +42,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _catalog(self) -> StreamCatalog:
         return StreamCatalog(self.options.endpoint)
 
+    @user_facing
     def initialOffset(self) -> dict[str, object]:
         """Where a query with no checkpoint starts (``startingOffsets``); driver."""
         return StreamOffsets(starting_offsets(self._catalog, self.options)).to_dict()
@@ -50,12 +52,14 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_entries_per_trigger)
         return ReadAllAvailable()
 
+    @user_facing
     def prepareForTriggerAvailableNow(self) -> None:
         """Record how far 'available now' reaches, so the query ends there; driver."""
         self._available_now_target = StreamOffsets(
             latest_offsets(self._catalog, self.options, {}, max_entries=None)
         )
 
+    @user_facing
     def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -94,11 +98,13 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     topic=self.options.subscription.topic_of(stream),
                 )
 
+    @user_facing
     def reportLatestOffset(self) -> dict[str, object]:
         return StreamOffsets(
             latest_offsets(self._catalog, self.options, {}, max_entries=None)
         ).to_dict()
 
+    @user_facing
     def partitions(
         self, start: dict[str, object], end: dict[str, object]
     ) -> Sequence[InputPartition]:
@@ -113,6 +119,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Read exactly the planned range; executor."""
         return read_partition(partition)
 
+    @user_facing
     def commit(self, end: dict[str, object]) -> None:
         """Move the consumer group (``group`` option) to the committed offsets; driver."""
         self._mirror_group(StreamOffsets.from_dict(end, what="committed offset").positions())
