@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import redis
 
 from atlasbus.publisher import Publisher
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sink_options import parse_sink_options
 
 RESULTS = Path(__file__).parent / "results" / "sink.json"

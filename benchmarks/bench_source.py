@@ -422,7 +422,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
-    from atlasbus.redis_server import RedisServer
+    from atlasbus.sandbox.redis_server import RedisServer
 
     server = None if args.url else RedisServer().start()
     url = args.url or server.url  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from atlasbus.connection import forget_clients
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 
 # Spark starts Python workers with $PYSPARK_PYTHON; it must be this interpreter (and set before
 # the JVM starts) or the workers cannot import atlasbus.

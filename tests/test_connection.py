@@ -15,7 +15,7 @@ import redis
 
 from atlasbus.connection import RedisEndpoint, forget_clients, raw_connection, translate_errors
 from atlasbus.errors import RedisUnavailableError
-from atlasbus.redis_server import RedisServer, free_port
+from atlasbus.sandbox.redis_server import RedisServer, free_port
 
 PASSWORD = "s3cret-conn-pw"
 CHECK_URL = "Check that the server is running and that option 'url' (or $REDIS_URL) points to it."

@@ -19,7 +19,7 @@ from atlasbus.entry_id import EntryId
 from atlasbus.errors import DataLossError
 from atlasbus.offsets import StreamOffsets
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.source_options import parse_source_options
 from atlasbus.streams import StreamCatalog
 

@@ -27,8 +27,8 @@ from deltalake import DeltaTable
 
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.decode import REASONS, decode_envelope_page
-from atlasbus.redis_server import RedisServer
-from atlasbus.traffic import TOPICS, TrafficGenerator
+from atlasbus.sandbox.redis_server import RedisServer
+from atlasbus.sandbox.traffic import TOPICS, TrafficGenerator
 from notebook_runner import execute_notebook, images, text
 from pyspark_atlasbus.demo import GROUP, STREAM_PREFIX
 

@@ -25,7 +25,7 @@ from atlasbus.publisher import (
     marker_registry_key,
     retire_streaming_markers,
 )
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sink_options import SinkOptions, parse_sink_options
 
 

@@ -22,7 +22,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 from helpers import envelope
 
 IN_TOPIC = "in"

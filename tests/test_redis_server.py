@@ -7,7 +7,7 @@ import os
 import pytest
 import redis
 
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 
 
 def test_stop_ends_the_server_and_removes_its_folder() -> None:

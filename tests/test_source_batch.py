@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.redis_server import free_port
+from atlasbus.sandbox.redis_server import free_port
 from helpers import payload_numbers, publish
 
 

@@ -3,7 +3,7 @@
 Starts a private redis-server in a temporary folder (unless ``--url`` or ``$REDIS_URL`` names a
 server), runs one streaming query (``format("atlasbus")`` with the source's ``deadLetterTable``
 -> ``foreachBatch`` appending the good events to a Delta table with delta-rs), then publishes
-realistic ATLAS traffic (atlasbus.traffic: checkout flows over three topics, about 1%
+realistic ATLAS traffic (atlasbus.sandbox.traffic: checkout flows over three topics, about 1%
 malformed). A progress line shows entries published, read, written, dead-lettered and the lag;
 the summary at the end is counted from the tables themselves.
 

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from atlasbus.traffic import TOPICS
+from atlasbus.sandbox.traffic import TOPICS
 from pyspark_atlasbus.demo.common import GROUP, STREAM_PREFIX, WARM_UP_STREAM
 
 # Not %-formatted by argparse (RawDescriptionHelpFormatter leaves it as is): a single %.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from atlasbus.traffic import TOPICS
+from atlasbus.sandbox.traffic import TOPICS
 
 STREAM_PREFIX = "atlasbus_demo"
 STREAMS = tuple(f"{STREAM_PREFIX}:{topic}" for topic in TOPICS)

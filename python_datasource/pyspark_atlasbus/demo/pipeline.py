@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from atlasbus.redis_server import RedisServer
-from atlasbus.traffic import TOPICS, TrafficGenerator
+from atlasbus.sandbox.redis_server import RedisServer
+from atlasbus.sandbox.traffic import TOPICS, TrafficGenerator
 from pyspark_atlasbus.demo.common import (
     DRAIN_TIMEOUT_S,
     EXIT_INTERRUPTED,

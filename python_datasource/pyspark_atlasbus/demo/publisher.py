@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from atlasbus.traffic import TrafficGenerator
+from atlasbus.sandbox.traffic import TrafficGenerator
 from pyspark_atlasbus.demo.common import STREAM_PREFIX
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from atlasbus.redis_server import RedisServer
+from atlasbus.sandbox.redis_server import RedisServer
 from pyspark_atlasbus.demo.common import GROUP, STREAMS, WARM_UP_STREAM, DemoError
 
 
