@@ -14,6 +14,7 @@ from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError
 from atlasbus.source_options import Subscription
+from atlasbus.values import reply_text
 
 if TYPE_CHECKING:
     import redis
@@ -189,7 +190,7 @@ class StreamCatalog:
                     raise
                 for info in groups:
                     name = info.get("name")
-                    if _text(name) == group:
+                    if reply_text(name) == group:
                         positions[stream] = EntryId.parse(info["last-delivered-id"])
         return positions
 
@@ -235,16 +236,12 @@ def _command(client: Any, *args: Any) -> Any:
     return client.execute_command(*args)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _stream_info(reply: Any) -> StreamInfo:
     """Parse a raw XINFO STREAM reply (a flat key/value list under RESP2)."""
     if isinstance(reply, dict):
-        fields = {_text(key): value for key, value in reply.items()}
+        fields = {reply_text(key): value for key, value in reply.items()}
     else:
-        fields = {_text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}
+        fields = {reply_text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}
     first = fields.get("first-entry")
     last = fields.get("last-entry")
     max_deleted = fields.get("max-deleted-entry-id")

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from atlasbus.sandbox.redis_server import RedisServer
+from atlasbus.values import reply_text
 from pyspark_atlasbus.demo.common import GROUP, STREAMS, WARM_UP_STREAM, DemoError
 
 
@@ -76,8 +77,12 @@ def group_caught_up(client: Any) -> bool:
         info = _stream_info(client, stream)
         if info is None:
             continue
-        group = next((g for g in client.xinfo_groups(stream) if _text(g["name"]) == GROUP), None)
-        if group is None or _text(group["last-delivered-id"]) != _text(info["last-generated-id"]):
+        group = next(
+            (g for g in client.xinfo_groups(stream) if reply_text(g["name"]) == GROUP), None
+        )
+        if group is None or reply_text(group["last-delivered-id"]) != reply_text(
+            info["last-generated-id"]
+        ):
             return False
     return True
 
@@ -89,10 +94,6 @@ def _stream_info(client: Any, stream: str) -> dict[str, Any] | None:
         return dict(client.xinfo_stream(stream))
     except redis.ResponseError:  # no such key: nothing published to it yet
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def redacted_url(url: str) -> str:
