@@ -194,30 +194,15 @@ def run_pipeline(
 
 
 def start_spark(root: Path) -> Any:
-    """A quiet local[2] session whose Python workers run this interpreter."""
+    """A quiet local[2] session (``local_session``'s log configuration) whose Python workers
+    run this interpreter."""
     from pyspark_atlasbus.session import local_session
 
-    log_config = root / "log4j2-demo.properties"
-    log_config.write_text(
-        "rootLogger.level = error\n"
-        "rootLogger.appenderRef.stderr.ref = console\n"
-        "appender.console.type = Console\n"
-        "appender.console.name = console\n"
-        "appender.console.target = SYSTEM_ERR\n"
-        "appender.console.layout.type = PatternLayout\n"
-        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex\n"
-        # Spark announces the shell's log level unless that logger's level equals the root's.
-        "logger.repl.name = org.apache.spark.repl.Main\n"
-        "logger.repl.level = error\n"
-    )
     try:
         return local_session(
             "atlasbus-demo",
             config={
                 "spark.sql.session.timeZone": "UTC",
-                "spark.driver.extraJavaOptions": (
-                    f"-Dlog4j2.configurationFile={log_config.as_uri()}"
-                ),
                 "spark.sql.streaming.stopTimeout": "20s",
             },
         )
