@@ -244,23 +244,9 @@ class DeadLetterTable:
         still holding ``claim``; ``replay_count`` was already counted by the claim. A retried
         call changes nothing more. Returns the rows updated.
         """
-        if len(ids) != len(entry_ids):
-            raise ValueError(
-                f"finish_replay needs one entry ID per dead letter: {len(ids)} IDs, "
-                f"{len(entry_ids)} entry IDs"
-            )
-        if not ids:
+        source = _replayed_rows("finish_replay", ids, entry_ids, at, claim=claim)
+        if source is None:
             return 0
-        when = at or datetime.now(UTC)
-        timestamp = DEAD_LETTER_SCHEMA.field("last_replayed_at").type
-        source = pa.table(
-            {
-                "dead_letter_id": pa.array(ids, pa.string()),
-                "last_replay_entry_id": pa.array(entry_ids, pa.string()),
-                "last_replayed_at": pa.array([when] * len(ids), timestamp),
-                "claim": pa.array([claim] * len(ids), pa.string()),
-            }
-        )
 
         same = _SAME_ID
         if not_after is not None:  # as in claim_for_replay: not conflicting with appends
@@ -293,22 +279,9 @@ class DeadLetterTable:
         Returns the number of rows updated. (``replay_dead_letters`` claims first and uses
         ``claim_for_replay``/``finish_replay``; this is for code that publishes by itself.)
         """
-        if len(ids) != len(entry_ids):
-            raise ValueError(
-                f"mark_replayed needs one entry ID per dead letter: {len(ids)} IDs, "
-                f"{len(entry_ids)} entry IDs"
-            )
-        if not ids:
+        source = _replayed_rows("mark_replayed", ids, entry_ids, at)
+        if source is None:
             return 0
-        when = at or datetime.now(UTC)
-        timestamp = DEAD_LETTER_SCHEMA.field("last_replayed_at").type
-        source = pa.table(
-            {
-                "dead_letter_id": pa.array(ids, pa.string()),
-                "last_replay_entry_id": pa.array(entry_ids, pa.string()),
-                "last_replayed_at": pa.array([when] * len(ids), timestamp),
-            }
-        )
 
         def attempt() -> int:
             metrics = (
@@ -444,6 +417,33 @@ def _ids_where(table: DeltaTable, column: str, value: str) -> list[str]:
     )
     reader = QueryBuilder().register("dead_letters", table).execute(sql)
     return [str(v) for v in pa.table(reader.read_all()).column("dead_letter_id").to_pylist()]
+
+
+def _replayed_rows(
+    what: str,
+    ids: Sequence[str],
+    entry_ids: Sequence[str],
+    at: datetime | None,
+    *,
+    claim: str | None = None,
+) -> pa.Table | None:
+    """The MERGE source recording that ``ids[i]`` was published as ``entry_ids[i]``."""
+    if len(ids) != len(entry_ids):
+        raise ValueError(
+            f"{what} needs one entry ID per dead letter: {len(ids)} IDs, {len(entry_ids)} entry IDs"
+        )
+    if not ids:
+        return None
+    when = at or datetime.now(UTC)
+    timestamp = DEAD_LETTER_SCHEMA.field("last_replayed_at").type
+    columns = {
+        "dead_letter_id": pa.array(ids, pa.string()),
+        "last_replay_entry_id": pa.array(entry_ids, pa.string()),
+        "last_replayed_at": pa.array([when] * len(ids), timestamp),
+    }
+    if claim is not None:
+        columns["claim"] = pa.array([claim] * len(ids), pa.string())
+    return pa.table(columns)
 
 
 def _as_table(records: Iterable[DeadLetter] | pa.Table) -> pa.Table:
