@@ -36,6 +36,33 @@ def find_redis_server() -> str:
     return str(shipped)
 
 
+def tls_unsupported_reason(binary: str | None = None) -> str | None:
+    """Why ``binary`` cannot serve TLS (built without it), or None when it can.
+
+    Starts it with ``--tls-port`` and certificate files that do not exist: a build with TLS
+    stops at once on the missing files, one without stops on the unknown directive.
+    """
+    binary = binary or find_redis_server()
+    missing = str(Path(tempfile.gettempdir()) / "atlasbus-no-such-cert.pem")
+    # fmt: off
+    command = [
+        binary, "--port", "0", "--tls-port", str(free_port()), "--save", "",
+        "--tls-cert-file", missing, "--tls-key-file", missing,
+    ]
+    # fmt: on
+    try:
+        result = subprocess.run(command, capture_output=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{binary} did not stop within 10 s when started with --tls-port"
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    if "Bad directive" in output:
+        return (
+            f"{binary} has no TLS support (it rejects 'tls-port'); set ATLASBUS_REDIS_SERVER "
+            "to a redis-server built with TLS, such as Debian's"
+        )
+    return None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -54,6 +81,14 @@ class RedisServer:
     ``everysec`` or ``no``), kept in ``folder``. ``kill()`` then ends the server as a crash
     would (SIGKILL) and keeps its folder, and ``start()`` brings it back on the same port and
     folder, where it loads what the append-only file holds.
+
+    ``tls_cert_file`` (with ``tls_key_file`` and ``tls_ca_cert_file``) makes it a TLS-only
+    server: ``--port 0 --tls-port PORT``, and ``url`` is ``rediss://127.0.0.1:PORT/0`` (add
+    the client's ``ssl_*`` query parameters to it). ``tls_auth_clients`` is the server's
+    ``tls-auth-clients``: ``yes`` (a client certificate signed by the CA is required),
+    ``optional`` or ``no``. Checking that the server answers needs a client certificate
+    unless it is ``no``: ``tls_client_cert_file``/``tls_client_key_file``, else the server's
+    own pair (which then must be usable for client authentication).
     """
 
     def __init__(
@@ -64,12 +99,35 @@ class RedisServer:
         own_session: bool = False,
         appendonly: bool = False,
         appendfsync: str = "everysec",
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        tls_ca_cert_file: str | Path | None = None,
+        tls_auth_clients: str = "yes",
+        tls_client_cert_file: str | Path | None = None,
+        tls_client_key_file: str | Path | None = None,
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be always, everysec or no, got {appendfsync!r}")
+        if tls_auth_clients not in ("yes", "no", "optional"):
+            raise ValueError(
+                f"tls_auth_clients must be yes, no or optional, got {tls_auth_clients!r}"
+            )
+        tls_files = (tls_cert_file, tls_key_file, tls_ca_cert_file)
+        if any(tls_files) and not all(tls_files):
+            raise ValueError(
+                "a TLS server needs tls_cert_file, tls_key_file and tls_ca_cert_file together"
+            )
+        self.tls = all(tls_files)
+        self.tls_cert_file = tls_cert_file
+        self.tls_key_file = tls_key_file
+        self.tls_ca_cert_file = tls_ca_cert_file
+        self.tls_auth_clients = tls_auth_clients
+        self.tls_client_cert_file = tls_client_cert_file or tls_cert_file
+        self.tls_client_key_file = tls_client_key_file or tls_key_file
         self.binary = binary or find_redis_server()
         self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        scheme = "rediss" if self.tls else "redis"
+        self.url = f"{scheme}://127.0.0.1:{self.port}/0"
         self.own_session = own_session
         self.appendonly = appendonly
         self.appendfsync = appendfsync
@@ -99,6 +157,16 @@ class RedisServer:
             "--dir", str(folder), "--logfile", str(folder / "redis.log"),
         ]
         # fmt: on
+        if self.tls:
+            # fmt: off
+            command[1:3] = ["--port", "0", "--tls-port", str(self.port)]
+            command += [
+                "--tls-cert-file", str(self.tls_cert_file),
+                "--tls-key-file", str(self.tls_key_file),
+                "--tls-ca-cert-file", str(self.tls_ca_cert_file),
+                "--tls-auth-clients", self.tls_auth_clients,
+            ]
+            # fmt: on
         process = self._process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
@@ -127,9 +195,19 @@ class RedisServer:
         """Whether this process answers on the port, not another server that already holds it."""
         import redis
 
+        tls: dict[str, object] = {}
+        if self.tls:  # it is our own server: its certificate needs no check here
+            tls = {"ssl": True, "ssl_cert_reqs": "none"}
+            if self.tls_auth_clients != "no":
+                tls["ssl_certfile"] = str(self.tls_client_cert_file)
+                tls["ssl_keyfile"] = str(self.tls_client_key_file)
         try:
             with redis.Redis(
-                host="127.0.0.1", port=self.port, socket_timeout=1, socket_connect_timeout=0.2
+                host="127.0.0.1",
+                port=self.port,
+                socket_timeout=1,
+                socket_connect_timeout=0.2,
+                **tls,  # type: ignore[arg-type]
             ) as client:
                 return int(client.info("server").get("process_id", -1)) == pid
         except redis.RedisError:
