@@ -269,8 +269,9 @@ def test_missing_ca_file_fails_fast(spark: Any, tls_server: RedisServer, tmp_pat
         spark, f"{tls_server.url}?ssl_cert_reqs=required&ssl_ca_certs={missing}"
     )
     assert seconds < FAIL_FAST_SECONDS, seconds
-    assert f"cannot reach Redis at 127.0.0.1:{tls_server.port} (TLS)" in message, message
-    assert "No such file or directory" in message, message
+    # today "cannot reach Redis at 127.0.0.1:PORT (TLS): Error 2 ... No such file or directory"
+    # (the check of the file that names it, coming in connection.py, says "no such file" too)
+    assert "no such file" in message.lower(), message
 
 
 @pytest.mark.xfail(
