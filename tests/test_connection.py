@@ -6,16 +6,27 @@ a password or a server that goes away.
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from atlasbus.connection import RedisEndpoint, forget_clients, raw_connection, translate_errors
-from atlasbus.errors import RedisUnavailableError
+from atlasbus.connection import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    RedisEndpoint,
+    forget_clients,
+    raw_connection,
+    translate_errors,
+)
+from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
+from atlasbus.publisher import delete_markers
 from atlasbus.sandbox.redis_server import RedisServer, free_port
+from atlasbus.streams import StreamCatalog
 
 PASSWORD = "s3cret-conn-pw"
 CHECK_URL = "Check that the server is running and that option 'url' (or $REDIS_URL) points to it."
@@ -208,3 +219,187 @@ def test_a_raw_connection_left_mid_reply_is_closed_not_handed_on(
         assert client_id(again) != first  # a new connection: no stale reply waits on it
         again.send_command("PING")
         assert again.read_response() in (b"PONG", "PONG")
+
+
+# --- credentials: the options win over the URL's ------------------------------------------------
+
+READER_PW = "reader-pw-7x"
+NOBODY_PW = "nobody-pw-3q"
+
+
+@pytest.fixture(scope="module")
+def acl_server() -> Iterator[RedisServer]:
+    """A redis-server with ACL users: ``reader`` (all commands), ``nobody``, ``limited``."""
+    with RedisServer() as server:
+        with redis.Redis(port=server.port) as admin:
+            admin.execute_command("ACL", "SETUSER", "reader", "on", f">{READER_PW}", "~*", "+@all")
+            admin.execute_command("ACL", "SETUSER", "nobody", "on", f">{NOBODY_PW}", "+ping")
+            admin.execute_command(
+                "ACL", "SETUSER", "limited", "on", f">{READER_PW}", "~atlas_bus:*",
+                "+ping", "+hello", "+auth", "+client", "+xrange", "+xinfo|groups",
+            )  # fmt: skip
+        yield server
+
+
+def whoami(endpoint: RedisEndpoint) -> str:
+    reply = endpoint.client().execute_command("ACL", "WHOAMI")
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_username_and_password_options_replace_the_urls_credentials(
+    acl_server: RedisServer,
+) -> None:
+    url = f"redis://nobody:{NOBODY_PW}@127.0.0.1:{acl_server.port}/0"
+    endpoint = RedisEndpoint.from_options(url, "reader", READER_PW)
+    assert whoami(endpoint) == "reader"
+    # the password option alone replaces the URL's password, for the URL's user
+    url = f"redis://reader:wrong-pw@127.0.0.1:{acl_server.port}/0"
+    assert whoami(RedisEndpoint.from_options(url, None, READER_PW)) == "reader"
+
+
+@pytest.mark.parametrize(
+    ("url_credentials", "username", "password", "refused"),
+    [
+        (f"reader:{READER_PW}@", None, "wrong-pw", "user 'reader'"),
+        (f"nobody:{NOBODY_PW}@", "reader", "wrong-pw", "user 'reader'"),
+        (f"nobody:{NOBODY_PW}@", "ghost", READER_PW, "user 'ghost'"),
+    ],
+    ids=["url-right-password-option-wrong", "url-nobody-options-reader", "url-nobody-option-user"],
+)
+@pytest.mark.usefixtures("fresh_clients")
+def test_wrong_credential_options_are_refused_naming_the_user_actually_tried(
+    acl_server: RedisServer,
+    url_credentials: str,
+    username: str | None,
+    password: str | None,
+    refused: str,
+) -> None:
+    url = f"redis://{url_credentials}127.0.0.1:{acl_server.port}/0"
+    endpoint = RedisEndpoint.from_options(url, username, password)
+    with pytest.raises(RedisUnavailableError) as caught:
+        endpoint.client()
+    assert str(caught.value) == (
+        f"Redis at {host(acl_server)} refused {refused}: invalid username-password pair or user "
+        f"is disabled. {CHECK_CREDENTIALS}"
+    )
+    with redis.Redis(port=acl_server.port) as admin:
+        tried = admin.acl_log(count=1)[0]
+    assert tried["username"] == refused.split("'")[1]
+    for secret in ("wrong-pw", READER_PW, NOBODY_PW):
+        assert secret not in str(caught.value) and secret not in repr(endpoint)
+
+
+# --- ACL refusals name the user, the command and the rule to add ----------------------------------
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_refused_command_names_the_user_the_command_and_the_acl_rule(
+    acl_server: RedisServer,
+) -> None:
+    url = f"redis://127.0.0.1:{acl_server.port}/0"
+    endpoint = RedisEndpoint.from_options(url, "limited", READER_PW)
+    with pytest.raises(RedisPermissionError) as caught, translate_errors(endpoint):
+        endpoint.client().execute_command("XINFO", "STREAM", "atlas_bus:orders")
+    assert str(caught.value) == (
+        f"Redis at {host(acl_server)} refused user 'limited' the command 'xinfo|stream': add it "
+        "to the user's ACL (ACL SETUSER limited +xinfo|stream), see docs/operations.md"
+    )
+    assert isinstance(caught.value, RedisUnavailableError)
+    assert READER_PW not in str(caught.value)
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_refused_key_names_the_user_and_the_key_pattern_rule(acl_server: RedisServer) -> None:
+    url = f"redis://limited:{READER_PW}@127.0.0.1:{acl_server.port}/0"
+    endpoint = RedisEndpoint.from_options(url, None, None)
+    with (
+        pytest.raises(RedisPermissionError) as caught,
+        translate_errors(endpoint, key_pattern="other:*"),
+    ):
+        endpoint.client().execute_command("XRANGE", "other:orders", "-", "+")
+    assert str(caught.value) == (
+        f"Redis at {host(acl_server)} refused user 'limited' access to a key: add the stream "
+        "prefix's keys to the user's ACL (ACL SETUSER limited ~other:*), see docs/operations.md"
+    )
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_database_the_server_does_not_have_is_named_with_option_url(redis_url: str) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    endpoint = RedisEndpoint.from_options(f"{base}/99", None, None)
+    with pytest.raises(ConfigurationError) as caught:
+        endpoint.client()
+    assert str(caught.value) == (
+        f"option 'url' selects database 99, which Redis at {endpoint.description} does not have "
+        "(DB index is out of range): use an index below the server's 'databases' setting (16 by "
+        "default), e.g. /0"
+    )
+
+
+# --- bounded waits ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never answers (not Redis, or hung)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(listener.getsockname()[1])
+    stop.set()
+    thread.join(timeout=5)
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_the_default_timeouts_are_bounded() -> None:
+    endpoint = RedisEndpoint.from_options("redis://127.0.0.1:1/0", None, None)
+    assert (endpoint.connect_timeout_s, endpoint.read_timeout_s) == (
+        DEFAULT_CONNECT_TIMEOUT_S,
+        DEFAULT_READ_TIMEOUT_S,
+    )
+    assert (DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S) == (5.0, 30.0)
+    tuned = RedisEndpoint.from_options(
+        "redis://127.0.0.1:1/0?socket_connect_timeout=2&socket_timeout=0.5", None, None
+    )
+    assert (tuned.connect_timeout_s, tuned.read_timeout_s) == (2.0, 0.5)
+
+
+@pytest.mark.parametrize("core", ["source", "sink"])
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_server_that_never_answers_fails_within_the_read_timeout(
+    silent_server: int, core: str
+) -> None:
+    bound = 1.0
+    endpoint = RedisEndpoint.from_options(
+        f"redis://:{PASSWORD}@127.0.0.1:{silent_server}/0?socket_timeout={bound:g}", None, None
+    )
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailableError) as caught:
+        if core == "source":
+            StreamCatalog(endpoint).info(["atlas_bus:orders"])
+        else:
+            delete_markers(endpoint, ["atlas_bus:orders:marker"])
+    elapsed = time.monotonic() - started
+    assert elapsed < 3 * bound, f"took {elapsed:.1f} s"
+    assert str(caught.value) == (
+        f"Redis at 127.0.0.1:{silent_server} did not answer within 1 s. Check that a Redis "
+        "server (not another service) listens there and is not overloaded; the limit is the "
+        "URL parameter socket_timeout (seconds, in option 'url')."
+    )
+    assert PASSWORD not in str(caught.value)

@@ -12,11 +12,20 @@ from atlasbus.errors import ConfigurationError
 from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RULE, parse_sink_options
 
 URL = "redis://127.0.0.1:1/0"
+URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+ACCEPTED = (
+    "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, topic, "
+    "url, username"
+)
 
 BAD_OPTIONS = [
     ({"maxLen": "0"}, "option 'maxLen' must be a positive integer, got '0'"),
     ({"maxLen": "ten"}, "option 'maxLen' must be a positive integer, got 'ten'"),
     ({"maxLen": "1.5"}, "option 'maxLen' must be a positive integer, got '1.5'"),
+    (
+        {"maxLen": str(2**63)},
+        f"option 'maxLen' must be a positive integer at most {2**63 - 1}, got '{2**63}'",
+    ),
     ({"maxMessageBytes": "-1"}, "option 'maxMessageBytes' must be a positive integer, got '-1'"),
     ({"maxMessageBytes": "big"}, "option 'maxMessageBytes' must be a positive integer, got 'big'"),
     ({"exactlyOnce": "yes"}, "option 'exactlyOnce' must be 'true' or 'false', got 'yes'"),
@@ -42,24 +51,25 @@ BAD_OPTIONS = [
     (
         {"url": "http://x"},
         "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, "
-        "got http://...",
+        f"got http://...; accepted: {URL_FORM}",
     ),
-    ({"url": "redis://h:port/0"}, "option 'url' has an invalid port (host 'h')"),
+    (
+        {"url": "redis://h:port/0"},
+        "option 'url' has an invalid port (host 'h'), got 'redis://h:port/0': a port is an "
+        "integer from 1 to 65535",
+    ),
     ({"deadLetterTable": ""}, "option 'deadLetterTable' must not be empty"),
     (
         {"maxlength": "5"},
-        "unknown option 'maxlength'. Did you mean 'maxLen'? Accepted options: deadLetterTable, "
-        "exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, topic, url, username",
+        "unknown option 'maxlength'. Did you mean 'maxLen'? Accepted options: " + ACCEPTED,
     ),
     (
         {"topics": "a"},
-        "unknown option 'topics'. Did you mean 'topic'? Accepted options: deadLetterTable, "
-        "exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, topic, url, username",
+        "unknown option 'topics'. Did you mean 'topic'? Accepted options: " + ACCEPTED,
     ),
     (
         {"startingOffsets": "earliest"},
-        "unknown option 'startingOffsets'. Accepted options: deadLetterTable, exactlyOnce, "
-        "maxLen, maxMessageBytes, password, streamPrefix, topic, url, username",
+        "unknown option 'startingOffsets'. Accepted options: " + ACCEPTED,
     ),
 ]
 

@@ -7,15 +7,17 @@ reuses Python workers: opening a connection per task would cost a round trip or 
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from atlasbus.errors import ConfigurationError, RedisUnavailableError
+from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
 
 if TYPE_CHECKING:
     import redis
@@ -23,50 +25,136 @@ if TYPE_CHECKING:
 DEFAULT_URL = "redis://localhost:6379/0"
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
 
+# Bounded waits. atlasbus makes no blocking call (no XREAD BLOCK): its longest command is one
+# XRANGE page or one MULTI/EXEC batch, milliseconds on a healthy server, so a read that takes
+# 30 s means a stalled or wrong server, and the query should fail rather than hang.
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_READ_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_PARAM = "socket_connect_timeout"
+READ_TIMEOUT_PARAM = "socket_timeout"
+
+_URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_BOOLEANS = ("true", "false", "yes", "no", "1", "0", "y", "n", "t", "f")
+_CERT_REQS = ("none", "optional", "required")
+_FILE_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+# The URL query parameters atlasbus passes to redis-py, each with how its value is checked.
+URL_PARAMETERS: dict[str, str] = {
+    "db": "a non-negative integer",
+    CONNECT_TIMEOUT_PARAM: "a positive number of seconds",
+    READ_TIMEOUT_PARAM: "a positive number of seconds",
+    "health_check_interval": "a non-negative integer (seconds)",
+    "max_connections": "a positive integer",
+    "socket_keepalive": "a boolean (true or false)",
+    "client_name": "any text",
+    "protocol": "2 or 3",
+    "ssl_cert_reqs": "none, optional or required",
+    "ssl_check_hostname": "a boolean (true or false)",
+    "ssl_ca_certs": "the path of an existing file",
+    "ssl_ca_path": "the path of an existing directory",
+    "ssl_certfile": "the path of an existing file",
+    "ssl_keyfile": "the path of an existing file",
+    "ssl_password": "the key file's password",
+    "ssl_min_version": "an integer (ssl.TLSVersion)",
+}
+_SECRET_PARAMS = ("ssl_password",)
+
 
 @dataclass(frozen=True)
 class RedisEndpoint:
-    """A Redis server and the credentials to use on it."""
+    """A Redis server, the credentials and the time limits to use on it.
+
+    ``username``/``password`` replace the URL's user and password when given. The timeouts
+    (seconds) replace the URL's ``socket_connect_timeout``/``socket_timeout`` when given; with
+    neither, ``DEFAULT_CONNECT_TIMEOUT_S`` and ``DEFAULT_READ_TIMEOUT_S`` apply.
+    """
 
     url: str = field(repr=False)
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+    connect_timeout: float | None = field(default=None, repr=False)
+    read_timeout: float | None = field(default=None, repr=False)
 
     @classmethod
     def from_options(
-        cls, url: str | None, username: str | None, password: str | None
+        cls,
+        url: str | None,
+        username: str | None,
+        password: str | None,
+        *,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
     ) -> RedisEndpoint:
-        """Validate the URL's form (no I/O); default ``$REDIS_URL``, else localhost."""
-        chosen = url or os.environ.get("REDIS_URL") or DEFAULT_URL
-        parts = urlsplit(chosen)
-        if parts.scheme not in SUPPORTED_SCHEMES:
-            shown = f"{parts.scheme}://..." if parts.scheme else "a value without a scheme"
-            raise ConfigurationError(
-                f"option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, "
-                f"got {shown}"
-            )
-        if parts.scheme != "unix":
-            try:
-                _ = parts.port
-            except ValueError:
-                raise ConfigurationError(
-                    f"option 'url' has an invalid port (host {parts.hostname!r})"
-                ) from None
-        return cls(chosen, username, password)
+        """Validate the URL's form (no I/O, except that TLS files must exist).
+
+        Without ``url``, ``$REDIS_URL``, else localhost. The scheme is case-insensitive
+        (``REDIS://`` is ``redis://``); everything else is checked as redis-py would read it,
+        so a bad URL fails here, naming what is wrong, rather than at the first connection.
+        """
+        if url is not None:
+            chosen, origin = url, "option 'url'"
+        elif os.environ.get("REDIS_URL"):
+            chosen, origin = os.environ["REDIS_URL"], "option 'url' (from $REDIS_URL)"
+        else:
+            chosen, origin = DEFAULT_URL, "option 'url'"
+        return cls(
+            _checked_url(chosen, origin),
+            username,
+            password,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
 
     @property
     def description(self) -> str:
         """Where the server is, safe to print: ``host:port`` or the socket path."""
         parts = urlsplit(self.url)
-        if parts.scheme == "unix":
+        if parts.scheme.lower() == "unix":
             return f"unix socket {parts.path}"
-        tls = " (TLS)" if parts.scheme == "rediss" else ""
+        tls = " (TLS)" if parts.scheme.lower() == "rediss" else ""
         return f"{parts.hostname or 'localhost'}:{parts.port or 6379}{tls}"
 
     @property
+    def effective_username(self) -> str | None:
+        """The user the client logs in as: option ``username``, else the URL's, else none."""
+        if self.username is not None:
+            return self.username
+        user = urlsplit(self.url).username
+        return unquote(user) if user else None
+
+    @property
     def user_description(self) -> str:
-        user = self.username or urlsplit(self.url).username
+        user = self.effective_username
         return f"user {user!r}" if user else "the default user"
+
+    @property
+    def acl_user(self) -> str:
+        """The user's name as ``ACL SETUSER`` wants it."""
+        return self.effective_username or "default"
+
+    @property
+    def database(self) -> int:
+        """The database index the URL selects (``?db=`` wins over the path, as in redis-py)."""
+        parts = urlsplit(self.url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        if "db" in query:
+            return int(query["db"])
+        path = parts.path.strip("/")
+        return int(path) if parts.scheme.lower() != "unix" and path else 0
+
+    @property
+    def connect_timeout_s(self) -> float:
+        return self._timeout(self.connect_timeout, CONNECT_TIMEOUT_PARAM, DEFAULT_CONNECT_TIMEOUT_S)
+
+    @property
+    def read_timeout_s(self) -> float:
+        return self._timeout(self.read_timeout, READ_TIMEOUT_PARAM, DEFAULT_READ_TIMEOUT_S)
+
+    def _timeout(self, given: float | None, param: str, default: float) -> float:
+        if given is not None:
+            return given
+        query = dict(parse_qsl(urlsplit(self.url).query, keep_blank_values=True))
+        return float(query[param]) if param in query else default
 
     def __repr__(self) -> str:
         return f"RedisEndpoint({self.description})"
@@ -77,7 +165,7 @@ class RedisEndpoint:
         The connect and its PING run outside the lock, so one slow server does not hold up
         threads that use another; if two threads connect at once, the first one cached wins.
         """
-        key = (self.url, self.username, self.password)
+        key = self._key()
         with _clients_lock:
             existing = _clients.get(key)
         if existing is not None:
@@ -89,27 +177,53 @@ class RedisEndpoint:
             created.close()
         return existing
 
-    def _connect(self) -> redis.Redis:
-        import redis
+    def _key(self) -> tuple[object, ...]:
+        return (self.url, self.username, self.password, self.connect_timeout, self.read_timeout)
 
-        overrides: dict[str, object] = {}
-        if self.username is not None:
-            overrides["username"] = self.username
-        if self.password is not None:
-            overrides["password"] = self.password
+    def _connect(self) -> redis.Redis:
+        """A client whose credentials and timeouts are ours, not what the URL says.
+
+        redis-py's ``from_url`` lets the URL's user, password and query parameters win over
+        keyword arguments, so they are taken out of the URL and passed explicitly. Timeouts are
+        not retried (a retry would multiply the documented bound); a dropped connection is.
+        """
+        import redis
+        from redis.backoff import ExponentialWithJitterBackoff
+        from redis.retry import Retry
+
+        parts = urlsplit(self.url)
+        netloc = parts.netloc.rpartition("@")[2]
+        query = [
+            (name, value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+            if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM)
+        ]
+        bare_url = urlunsplit(
+            (parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment)
+        )
+        url_password = parts.password
+        password = self.password
+        if password is None and url_password:
+            password = unquote(url_password)
         client = redis.Redis.from_url(
-            self.url,
-            socket_connect_timeout=10,
-            socket_timeout=120,
+            bare_url,
+            username=self.effective_username,
+            password=password,
+            socket_connect_timeout=self.connect_timeout_s,
+            socket_timeout=self.read_timeout_s,
             health_check_interval=30,
-            **overrides,
+            retry=Retry(
+                ExponentialWithJitterBackoff(base=0.5, cap=5),
+                3,
+                supported_errors=(redis.ConnectionError,),
+            ),
         )
         with translate_errors(self):
             client.ping()
         return client
 
 
-_clients: dict[tuple[str, str | None, str | None], redis.Redis] = {}
+_clients: dict[tuple[object, ...], redis.Redis] = {}
 _clients_lock = threading.Lock()
 
 
@@ -122,33 +236,95 @@ def forget_clients() -> None:
 
 
 @contextmanager
-def translate_errors(endpoint: RedisEndpoint) -> Iterator[None]:
-    """Turn redis-py's connection and auth errors into ``RedisUnavailableError``.
+def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None) -> Iterator[None]:
+    """Turn redis-py's connection, timeout, auth and ACL errors into atlasbus errors.
 
-    The message names host and port and what to check, never the password. A connection
-    error also drops the process's cached client, so the next use connects afresh.
+    The message names host and port, the user and what to do, never the password. A connection
+    error or a timeout also drops the process's cached client, so the next use connects
+    afresh. ``key_pattern`` (``{streamPrefix}:*``) is the ACL key rule a key refusal suggests.
     """
     import redis
 
     try:
         yield
-    except (redis.AuthenticationError, redis.ResponseError) as exc:
-        if isinstance(exc, redis.ResponseError) and not str(exc).startswith(
-            ("WRONGPASS", "NOAUTH", "NOPERM")
-        ):
-            raise
-        detail = str(exc).split(".")[0]
-        raise RedisUnavailableError(
-            f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
-            "Check the 'username' and 'password' options (or the credentials in 'url')."
-        ) from None
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except redis.TimeoutError as exc:
+        _forget(endpoint)
+        raise RedisUnavailableError(timeout_message(endpoint, str(exc))) from None
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailableError(_refused(endpoint, str(exc))) from None
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
+            raise RedisPermissionError(_no_permission(endpoint, text, key_pattern)) from None
+        if text.startswith(("WRONGPASS", "NOAUTH", "invalid username-password")):
+            raise RedisUnavailableError(_refused(endpoint, text)) from None
+        if "DB index is out of range" in text:
+            _forget(endpoint)
+            raise ConfigurationError(
+                f"option 'url' selects database {endpoint.database}, which Redis at "
+                f"{endpoint.description} does not have (DB index is out of range): use an index "
+                "below the server's 'databases' setting (16 by default), e.g. /0"
+            ) from None
+        raise
+    except redis.ConnectionError as exc:
         _forget(endpoint)
         detail = _scrub(str(exc), endpoint).rstrip(".")
         raise RedisUnavailableError(
             f"cannot reach Redis at {endpoint.description}: {detail}. Check that "
             "the server is running and that option 'url' (or $REDIS_URL) points to it."
         ) from None
+
+
+def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
+    """One wording for a server that accepted the connection (or not) but did not answer."""
+    if "connect" in detail.lower():
+        limit, what = endpoint.connect_timeout_s, "connect"
+        names = f"the URL parameter {CONNECT_TIMEOUT_PARAM} (seconds, in option 'url')"
+    else:
+        limit, what = endpoint.read_timeout_s, "answer"
+        names = f"the URL parameter {READ_TIMEOUT_PARAM} (seconds, in option 'url')"
+    return (
+        f"Redis at {endpoint.description} did not {what} within {limit:g} s. Check that a "
+        "Redis server (not another service) listens there and is not overloaded; the limit "
+        f"is {names}."
+    )
+
+
+def _refused(endpoint: RedisEndpoint, text: str) -> str:
+    if "must be called with the client already authenticated" in text:
+        text = "Authentication required"  # the server's NOAUTH reply to redis-py's HELLO
+    detail = _scrub(text, endpoint).split(".")[0]
+    return (
+        f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
+        "Check the 'username' and 'password' options (or the credentials in 'url')."
+    )
+
+
+_COMMAND = re.compile(r"run the '([^']+)' command")
+
+
+def _no_permission(endpoint: RedisEndpoint, text: str, key_pattern: str | None) -> str:
+    user = endpoint.acl_user
+    command = _COMMAND.search(text)
+    if command is not None:
+        name = command.group(1).lower()
+        return (
+            f"Redis at {endpoint.description} refused {endpoint.user_description} the command "
+            f"'{name}': add it to the user's ACL (ACL SETUSER {user} +{name}), see "
+            "docs/operations.md"
+        )
+    if "key" in text.lower():
+        pattern = key_pattern or "{streamPrefix}:*"
+        return (
+            f"Redis at {endpoint.description} refused {endpoint.user_description} access to a "
+            f"key: add the stream prefix's keys to the user's ACL (ACL SETUSER {user} "
+            f"~{pattern}), see docs/operations.md"
+        )
+    detail = _scrub(text, endpoint).removeprefix("NOPERM").strip().rstrip(".")
+    return (
+        f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
+        f"Grant it in the user's ACL (ACL SETUSER {user} ...), see docs/operations.md"
+    )
 
 
 @contextmanager
@@ -178,13 +354,129 @@ def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
 
 def _forget(endpoint: RedisEndpoint) -> None:
     with _clients_lock:
-        client = _clients.pop((endpoint.url, endpoint.username, endpoint.password), None)
+        client = _clients.pop(endpoint._key(), None)
     if client is not None:
         client.close()
 
 
 def _scrub(message: str, endpoint: RedisEndpoint) -> str:
-    for secret in (endpoint.password, urlsplit(endpoint.url).password):
+    url_password = urlsplit(endpoint.url).password
+    secrets = (endpoint.password, url_password, unquote(url_password) if url_password else None)
+    for secret in secrets:
         if secret:
             message = message.replace(secret, "***")
     return message
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password and any ``ssl_password`` replaced by ``***``: safe to print."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "a malformed URL"
+    netloc = parts.netloc
+    if password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:***@{hostport}"
+    query = parts.query
+    if any(name in _SECRET_PARAMS for name, _ in parse_qsl(query, keep_blank_values=True)):
+        query = "&".join(
+            f"{name}=***" if name in _SECRET_PARAMS else f"{name}={value}"
+            for name, value in parse_qsl(query, keep_blank_values=True)
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _checked_url(url: str, origin: str) -> str:
+    """``url`` with its scheme in lower case, or a ``ConfigurationError`` naming the fault."""
+    if not url.strip():
+        raise ConfigurationError(
+            f"{origin} must not be empty: give a Redis URL ({_URL_FORM}), or leave the option "
+            "out to use $REDIS_URL, else redis://localhost:6379/0"
+        )
+    shown = shown_url(url)
+    if url != url.strip():
+        raise ConfigurationError(
+            f"{origin} must not start or end with whitespace, got {shown!r}; accepted: {_URL_FORM}"
+        )
+    scheme = _SCHEME.match(url)
+    if scheme is None or scheme.group(1).lower() not in SUPPORTED_SCHEMES:
+        got = f"{scheme.group(1)}://..." if scheme else repr(shown)
+        raise ConfigurationError(
+            f"{origin} must be a Redis URL starting with redis://, rediss:// or unix://, "
+            f"got {got}; accepted: {_URL_FORM}"
+        )
+    kind = scheme.group(1).lower()
+    url = kind + url[len(scheme.group(1)) :]
+    parts = urlsplit(url)
+    if kind == "unix":
+        if not parts.path:
+            raise ConfigurationError(
+                f"{origin} names no socket path, got {shown!r}: write unix:///path/to/redis.sock"
+            )
+    else:
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ConfigurationError(
+                f"{origin} has an invalid port (host {parts.hostname!r}), got {shown!r}: a port "
+                "is an integer from 1 to 65535"
+            ) from None
+        path = parts.path
+        if path not in ("", "/") and not re.fullmatch(r"/[0-9]+", path):
+            raise ConfigurationError(
+                f"{origin} has database path {path!r}, got {shown!r}: the path selects a "
+                "database and must be a non-negative integer such as /0"
+            )
+    _check_query(parts.query, origin, shown)
+    return url
+
+
+def _check_query(query: str, origin: str, shown: str) -> None:
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name not in URL_PARAMETERS:
+            raise ConfigurationError(
+                f"{origin} has unknown query parameter {name!r}, got {shown!r}; accepted "
+                f"parameters: {', '.join(sorted(URL_PARAMETERS))}"
+            )
+        problem = _parameter_problem(name, value)
+        if problem is not None:
+            got = "***" if name in _SECRET_PARAMS else repr(value)
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}={got}, {problem}: it must be "
+                f"{URL_PARAMETERS[name]}"
+            )
+
+
+def _parameter_problem(name: str, value: str) -> str | None:
+    """Why redis-py would fail on, or silently misread, ``name=value``; ``None`` if fine."""
+    if name in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM):
+        return None if parse_seconds(value) is not None else "which is not a positive number"
+    if name in ("db", "health_check_interval", "max_connections", "ssl_min_version"):
+        if not re.fullmatch(r"[0-9]+", value.strip()):
+            return "which is not a non-negative integer"
+        if name == "max_connections" and int(value) == 0:
+            return "which is zero"
+        return None
+    if name == "protocol":
+        return None if value.strip() in ("2", "3") else "which is not a RESP version"
+    if name in ("socket_keepalive", "ssl_check_hostname"):
+        return None if value.strip().lower() in _BOOLEANS else "which is not a boolean"
+    if name == "ssl_cert_reqs":
+        return None if value in _CERT_REQS else "which is not a certificate requirement"
+    if name in _FILE_PARAMS:
+        return None if os.path.isfile(value) else "but there is no such file"
+    if name == "ssl_ca_path":
+        return None if os.path.isdir(value) else "but there is no such directory"
+    return None
+
+
+def parse_seconds(text: str) -> float | None:
+    """A positive, finite number of seconds, or ``None``."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None

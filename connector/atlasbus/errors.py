@@ -27,5 +27,9 @@ class RedisUnavailableError(AtlasbusError, ConnectionError):
     """Redis could not be reached or refused the credentials."""
 
 
+class RedisPermissionError(RedisUnavailableError):
+    """Redis's ACL refused the user a command or a key; the message names the rule to add."""
+
+
 class PublishError(AtlasbusError):
     """A row could not be published to the bus."""

@@ -18,6 +18,9 @@ from atlasbus import option_keys as keys
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError
 
+# Redis's counts and lengths are signed 64-bit integers.
+MAX_REDIS_INTEGER = 2**63 - 1
+
 
 class OptionReader:
     """Reads options by canonical name; errors name the option, the value and what is accepted."""
@@ -43,13 +46,20 @@ class OptionReader:
         return value
 
     @overload
-    def positive_int(self, name: str) -> int | None: ...
+    def positive_int(self, name: str, *, maximum: int = ...) -> int | None: ...
 
     @overload
-    def positive_int(self, name: str, *, default: int) -> int: ...
+    def positive_int(self, name: str, *, default: int, maximum: int = ...) -> int: ...
 
-    def positive_int(self, name: str, *, default: int | None = None) -> int | None:
-        """The option as an integer > 0; ``default`` when it is absent."""
+    def positive_int(
+        self, name: str, *, default: int | None = None, maximum: int = MAX_REDIS_INTEGER
+    ) -> int | None:
+        """The option as an integer from 1 to ``maximum``; ``default`` when it is absent.
+
+        The default maximum is the largest integer Redis accepts as a count or length, so a
+        value Redis would refuse at run time ("value is not an integer or out of range") is
+        refused here, by name.
+        """
         raw = self.string(name)
         if raw is None:
             return default
@@ -59,6 +69,10 @@ class OptionReader:
             value = 0
         if value <= 0:
             raise ConfigurationError(f"option '{name}' must be a positive integer, got {raw!r}")
+        if value > maximum:
+            raise ConfigurationError(
+                f"option '{name}' must be a positive integer at most {maximum}, got {raw!r}"
+            )
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
@@ -90,9 +104,13 @@ class OptionReader:
                 raise ConfigurationError(f"option '{name}' is not yet supported: {why}")
 
     def reject_unknown(self, accepted: Iterable[str], *, ignored: Iterable[str] = ()) -> None:
-        """Refuse options nobody read: almost always a typo, which would otherwise be silent."""
+        """Refuse options that are neither accepted, ignored nor read: almost always a typo.
+
+        Needs no option to have been read yet, so a parser can call it first and name a typo
+        before any check that the typo would otherwise trip (a missing required option).
+        """
         accepted_names = sorted(set(accepted))
-        skip = {name.lower() for name in ignored} | self._read
+        skip = {name.lower() for name in (*accepted_names, *ignored)} | self._read
         for key in self._values:
             if key in skip:
                 continue
@@ -120,7 +138,7 @@ class SharedOptions:
 
 
 def parse_shared_options(reader: OptionReader) -> SharedOptions:
-    """``url``/``username``/``password``, ``streamPrefix`` and ``deadLetterTable``."""
+    """``url`` (and its timeouts), ``username``/``password``, ``streamPrefix``, dead letters."""
     endpoint = RedisEndpoint.from_options(
         reader.string(keys.URL), reader.string(keys.USERNAME), reader.string(keys.PASSWORD)
     )

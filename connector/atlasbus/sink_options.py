@@ -51,6 +51,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the sink options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
+    reader.reject_unknown(keys.SINK_OPTIONS, ignored=keys.SPARK_WRITE_OPTIONS)
     shared = parse_shared_options(reader)
     topic = reader.non_empty(keys.TOPIC)
     problem = None if topic is None else topic_problem(topic)
@@ -67,7 +68,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         exactly_once=reader.boolean(keys.EXACTLY_ONCE, True),
         dead_letter_table=shared.dead_letter_table,
     )
-    reader.reject_unknown(keys.SINK_OPTIONS, ignored=keys.SPARK_WRITE_OPTIONS)
     return parsed
 
 

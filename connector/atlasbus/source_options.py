@@ -15,7 +15,7 @@ from atlasbus import option_keys as keys
 from atlasbus.connection import RedisEndpoint
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError, OffsetError
-from atlasbus.option_reader import OptionReader, parse_shared_options
+from atlasbus.option_reader import MAX_REDIS_INTEGER, OptionReader, parse_shared_options
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES_PER_PARTITION",
@@ -135,6 +135,11 @@ class SourceOptions:
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source options Spark passed (strings, any key case)."""
     reader = OptionReader(options)
+    # Unknown keys first: a sink option given to the source ('topic') is a typo to name, not
+    # a missing subscription.
+    reader.reject_unknown(
+        (*keys.SOURCE_OPTIONS, keys.TRIM_CONSUMED), ignored=keys.SPARK_READ_OPTIONS
+    )
     reader.reject_unsupported(
         (keys.TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
     )
@@ -166,9 +171,6 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             f"option '{keys.DEAD_LETTER_TABLE}' needs format=envelope: format=raw does not "
             "decode entries, so none is malformed; remove one of the two options"
         )
-    reader.reject_unknown(
-        (*keys.SOURCE_OPTIONS, keys.TRIM_CONSUMED), ignored=keys.SPARK_READ_OPTIONS
-    )
     return parsed
 
 
@@ -221,6 +223,11 @@ def _parse_starting(
             raise ConfigurationError(
                 "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), "
                 f"got {timestamp_raw!r}"
+            )
+        if timestamp > MAX_REDIS_INTEGER:
+            raise ConfigurationError(
+                "option 'startingTimestamp' must be epoch milliseconds at most "
+                f"{MAX_REDIS_INTEGER}, got {timestamp_raw!r}"
             )
         return StartingPosition("timestamp", timestamp_ms=timestamp)
     text = (raw or "earliest").strip()
