@@ -7,6 +7,7 @@ reuses Python workers: opening a connection per task would cost a round trip or 
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -188,8 +189,6 @@ class RedisEndpoint:
         not retried (a retry would multiply the documented bound); a dropped connection is.
         """
         import redis
-        from redis.backoff import ExponentialWithJitterBackoff
-        from redis.retry import Retry
 
         parts = urlsplit(self.url)
         netloc = parts.netloc.rpartition("@")[2]
@@ -212,15 +211,38 @@ class RedisEndpoint:
             socket_connect_timeout=self.connect_timeout_s,
             socket_timeout=self.read_timeout_s,
             health_check_interval=30,
-            retry=Retry(
-                ExponentialWithJitterBackoff(base=0.5, cap=5),
-                3,
-                supported_errors=(redis.ConnectionError,),
-            ),
+            retry=_retry(),
         )
         with translate_errors(self):
             client.ping()
         return client
+
+
+def _retry() -> Any:
+    """Retry a dropped connection 3 times (a server restarting); never a timeout or a refusal.
+
+    A retried timeout would multiply the documented bound; a retried wrong password only makes
+    the user wait (redis-py's ``AuthenticationError`` is a ``ConnectionError``).
+    """
+    import redis
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.retry import Retry
+
+    class ConnectionRetry(Retry):
+        def call_with_retry(  # type: ignore[no-untyped-def]
+            self, do, fail, is_retryable=None, with_failure_count=False
+        ):
+            def retryable(error: Exception) -> bool:
+                if isinstance(error, redis.AuthenticationError):
+                    return False
+                return is_retryable is None or bool(is_retryable(error))
+
+            return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+    backoff = ExponentialWithJitterBackoff(base=0.5, cap=5)
+    if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:
+        return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))  # redis-py < 6
+    return ConnectionRetry(backoff, 3, supported_errors=(redis.ConnectionError,))
 
 
 _clients: dict[tuple[object, ...], redis.Redis] = {}
@@ -375,13 +397,18 @@ def shown_url(url: str) -> str:
         password = parts.password
     except ValueError:
         return "a malformed URL"
+    secret_query = any(
+        name in _SECRET_PARAMS for name, _ in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    if password is None and not secret_query:
+        return url
     netloc = parts.netloc
     if password is not None:
         userinfo, _, hostport = netloc.rpartition("@")
         user = userinfo.partition(":")[0]
         netloc = f"{user}:***@{hostport}"
     query = parts.query
-    if any(name in _SECRET_PARAMS for name, _ in parse_qsl(query, keep_blank_values=True)):
+    if secret_query:
         query = "&".join(
             f"{name}=***" if name in _SECRET_PARAMS else f"{name}={value}"
             for name, value in parse_qsl(query, keep_blank_values=True)
@@ -396,8 +423,13 @@ def _checked_url(url: str, origin: str) -> str:
             f"{origin} must not be empty: give a Redis URL ({_URL_FORM}), or leave the option "
             "out to use $REDIS_URL, else redis://localhost:6379/0"
         )
-    shown = shown_url(url)
-    if url != url.strip():
+    stripped = url.strip()
+    shown = (
+        url[: url.index(stripped)]
+        + shown_url(stripped)
+        + url[url.index(stripped) + len(stripped) :]
+    )
+    if url != stripped:
         raise ConfigurationError(
             f"{origin} must not start or end with whitespace, got {shown!r}; accepted: {_URL_FORM}"
         )
