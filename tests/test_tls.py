@@ -274,12 +274,6 @@ def test_missing_ca_file_fails_fast(spark: Any, tls_server: RedisServer, tmp_pat
     assert "no such file" in message.lower(), message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connection.py reports a missing ssl_ca_certs file as redis-py's 'Error 2 connecting "
-    "to 127.0.0.1:PORT. No such file or directory' plus 'Check that the server is running': "
-    "it names neither the file nor the URL parameter, and blames the server",
-)
 def test_missing_ca_file_is_named(spark: Any, tls_server: RedisServer, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-ca.pem"
     message, _ = read_fails(
