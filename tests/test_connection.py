@@ -6,6 +6,7 @@ a password or a server that goes away.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -403,3 +404,37 @@ def test_a_server_that_never_answers_fails_within_the_read_timeout(
         "URL parameter socket_timeout (seconds, in option 'url')."
     )
     assert PASSWORD not in str(caught.value)
+
+
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_server_that_never_accepts_fails_within_the_connect_timeout() -> None:
+    """A full accept queue: Linux drops the SYN, so the TCP connect itself hangs."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = int(listener.getsockname()[1])
+    queued = []
+    for _ in range(3):
+        filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        queued.append(filler)
+    try:
+        endpoint = RedisEndpoint.from_options(
+            f"redis://127.0.0.1:{port}/0?socket_connect_timeout=1&socket_timeout=1", None, None
+        )
+        started = time.monotonic()
+        with pytest.raises(RedisUnavailableError) as caught:
+            endpoint.client()
+        elapsed = time.monotonic() - started
+    finally:
+        for filler in queued:
+            filler.close()
+        listener.close()
+    assert elapsed < 3.0, f"took {elapsed:.1f} s"
+    assert str(caught.value) == (
+        f"Redis at 127.0.0.1:{port} did not connect within 1 s. Check that a Redis server (not "
+        "another service) listens there and is not overloaded; the limit is the URL parameter "
+        "socket_connect_timeout (seconds, in option 'url')."
+    )
