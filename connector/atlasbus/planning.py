@@ -12,8 +12,9 @@ Runs on the driver, in two steps:
    stream changed in between; ``recorded_losses`` gives the losses recorded at step 1.
 
 A piece is cut after every ``maxEntriesPerPartition`` entries where planning counted them
-(admission control walks the range anyway, and so does a range with XDEL'd entries on Redis
-7); otherwise as equal slices of time from the first entry in range. Each entry falls in
+(admission control walks the range anyway, and so does a range with XDEL'd entries on Redis 7
+or one needing several pieces of up to ``COUNT_CUTS_UP_TO`` entries in all); beyond that, as
+equal slices of time from the first entry in range. Each entry falls in
 exactly one piece whatever the cuts are. Offsets without a recorded plan (atlasbus 0.1
 checkpoints, hand-written ``endingOffsets``) give one piece per stream.
 """
@@ -36,6 +37,9 @@ from atlasbus.offsets import StreamOffsets
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries, StreamPlan
 from atlasbus.streams import StreamCatalog, StreamInfo, Walk
+
+COUNT_CUTS_UP_TO = 500_000
+"""A range needing several pieces is cut by count up to this many entries, by time beyond."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ def _plan_stream(
     lost = lost_before_planning(stream, after, upto, info, added=added, present=present)
     # Only at the stream's newest entry does entries-added say how many entries reach it.
     index = info.entries_added if at_tail else None
+    if walk is None and _worth_counting(catalog, options, stream, after, upto, info, present):
+        walk = Walk(options.max_entries_per_partition)
+        catalog.advance(stream, after, upto, None, walk)
     if walk is not None:
         cuts, counts = walk.pieces(upto)
         plan_counts: tuple[int, ...] | None = counts
@@ -133,6 +140,30 @@ def _plan_stream(
         counts=plan_counts,
         lost=(lost.after, lost.upto, lost.count) if lost is not None else None,
     )
+
+
+def _worth_counting(
+    catalog: StreamCatalog,
+    options: SourceOptions,
+    stream: str,
+    after: EntryId,
+    upto: EntryId,
+    info: StreamInfo,
+    present: int | None,
+) -> bool:
+    """Whether to cut this range by count: it needs several pieces and is small enough.
+
+    Cutting by count walks the range's IDs on the driver once, so every task reads exactly
+    ``maxEntriesPerPartition`` entries (time slices drift with the write rate) and knows its
+    count. Past ``COUNT_CUTS_UP_TO`` entries the walk would cost more than it saves.
+    """
+    entries = present
+    if entries is None:
+        first = catalog.first_in_range(stream, after, upto)
+        if first is None:
+            return False
+        entries = estimate_entries(info, first, upto)
+    return options.max_entries_per_partition < entries <= COUNT_CUTS_UP_TO
 
 
 def _time_cuts(
