@@ -176,6 +176,7 @@ def test_the_password_shows_nowhere(server: RedisServer, tmp_path: Path) -> None
     assert "== recentProgress" in spark_output, spark_output[-3000:]
     assert "== batch write" in spark_output, spark_output[-3000:]
     assert "== unreachable stream: str" in spark_output, spark_output[-3000:]
+    assert "\nno error\n" not in spark_output, "a failing connection did not fail"
     assert " INFO " in spark_output, "Spark's log at INFO was not captured"
     assert client.xlen(f"{PREFIX}:copied") == 5
     assert client.xlen(f"{PREFIX}:batch") == 3
