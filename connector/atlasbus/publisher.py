@@ -277,6 +277,11 @@ class Publisher:
             return
         replies = self._roundtrip([_resp("TYPE", key) for key in new], len(new))
         for key, kind in zip(new, replies, strict=True):
+            if isinstance(kind, Exception):  # e.g. NOPERM: an ACL without +type
+                with translate_errors(
+                    self.options.endpoint, key_pattern=f"{self.options.stream_prefix}:*"
+                ):
+                    raise kind
             text = kind.decode() if isinstance(kind, bytes) else str(kind)
             if text not in ("stream", "none"):
                 raise PublishError(
