@@ -245,12 +245,6 @@ def test_a_reader_missing_one_permission_is_told_which_and_how(
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(
-    reason="publisher._check_stream_keys reads the NOPERM reply to TYPE as the key's type "
-    "('that key holds a Redis this user has no permissions to run the 'type' command, not a "
-    "stream'): it neither names the user nor says ACL SETUSER",
-    strict=True,
-)
 def test_a_writer_missing_one_permission_is_told_which_and_how(
     spark: Any, acl_server: RedisServer
 ) -> None:
