@@ -250,12 +250,6 @@ def test_missing_client_certificate_fails_fast(
     assert f"cannot reach Redis at 127.0.0.1:{mtls_server.port} (TLS)" in message, message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="connection.py reports a server that requires a client certificate as redis-py's "
-    "'EOF occurred in violation of protocol' plus 'Check that the server is running': "
-    "nothing says a client certificate (ssl_certfile/ssl_keyfile) is needed",
-)
 def test_missing_client_certificate_is_named(
     spark: Any, mtls_server: RedisServer, certs: Certificates
 ) -> None:

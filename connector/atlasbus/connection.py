@@ -219,7 +219,8 @@ class RedisEndpoint:
 
 
 def _retry() -> Any:
-    """Retry a dropped connection 3 times (a server restarting); never a timeout or a refusal.
+    """Retry a dropped connection 3 times (a server restarting); never a timeout or a refusal
+    (a wrong password, a TLS handshake refused).
 
     A retried timeout would multiply the documented bound; a retried wrong password only makes
     the user wait (redis-py's ``AuthenticationError`` is a ``ConnectionError``).
@@ -233,7 +234,7 @@ def _retry() -> Any:
             self, do, fail, is_retryable=None, with_failure_count=False
         ):
             def retryable(error: Exception) -> bool:
-                if isinstance(error, redis.AuthenticationError):
+                if isinstance(error, redis.AuthenticationError) or _tls_refusal(error):
                     return False
                 return is_retryable is None or bool(is_retryable(error))
 
@@ -243,6 +244,14 @@ def _retry() -> Any:
     if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:
         return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))  # redis-py < 6
     return ConnectionRetry(backoff, 3, supported_errors=(redis.ConnectionError,))
+
+
+def _tls_refusal(error: Exception) -> bool:
+    """A TLS handshake the server or the client refused: retrying cannot change the answer."""
+    text = str(error)
+    return any(
+        sign in text for sign in ("SSL", "certificate", "EOF occurred in violation of protocol")
+    )
 
 
 _clients: dict[tuple[object, ...], redis.Redis] = {}
@@ -291,10 +300,27 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
     except redis.ConnectionError as exc:
         _forget(endpoint)
         detail = _scrub(str(exc), endpoint).rstrip(".")
+        if _handshake_refused_without_client_certificate(endpoint, detail):
+            raise RedisUnavailableError(
+                f"cannot reach Redis at {endpoint.description}: {detail}. The server ended the "
+                "TLS handshake: if it requires a client certificate (tls-auth-clients), add "
+                "ssl_certfile and ssl_keyfile to option 'url'."
+            ) from None
         raise RedisUnavailableError(
             f"cannot reach Redis at {endpoint.description}: {detail}. Check that "
             "the server is running and that option 'url' (or $REDIS_URL) points to it."
         ) from None
+
+
+def _handshake_refused_without_client_certificate(endpoint: RedisEndpoint, detail: str) -> bool:
+    """A TLS server that requires client certificates drops a client that sends none."""
+    if not endpoint.url.lower().startswith("rediss://") or "ssl_certfile" in endpoint.url:
+        return False
+    text = detail.lower()
+    return any(
+        sign in text
+        for sign in ("eof occurred in violation of protocol", "certificate required", "reset by")
+    )
 
 
 def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
