@@ -438,3 +438,25 @@ def test_a_server_that_never_accepts_fails_within_the_connect_timeout() -> None:
         "another service) listens there and is not overloaded; the limit is the URL parameter "
         "socket_connect_timeout (seconds, in option 'url')."
     )
+
+
+def test_rediss_against_a_plain_text_port_says_so_within_the_read_timeout(redis_url: str) -> None:
+    import time
+
+    from atlasbus.connection import RedisEndpoint
+    from atlasbus.errors import RedisUnavailableError
+    from atlasbus.streams import StreamCatalog
+
+    url = redis_url.replace("redis://", "rediss://") + "?socket_timeout=1"
+    endpoint = RedisEndpoint.from_options(url, None, None)
+    began = time.monotonic()
+    with pytest.raises(RedisUnavailableError) as caught:
+        StreamCatalog(endpoint).info(["x"])
+    assert time.monotonic() - began < 4
+    host_port = redis_url.split("//")[1].split("/")[0]
+    assert str(caught.value) == (
+        f"Redis at {host_port} (TLS) did not complete the connection: TCP connect within 5 s, "
+        "then the TLS handshake within 1 s. If that port serves plain-text Redis, use redis:// "
+        "instead of rediss://; the limits are the URL parameters socket_connect_timeout and "
+        "socket_timeout (seconds, in option 'url')."
+    )

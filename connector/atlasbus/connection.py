@@ -325,6 +325,14 @@ def _handshake_refused_without_client_certificate(endpoint: RedisEndpoint, detai
 
 def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
     """One wording for a server that accepted the connection (or not) but did not answer."""
+    if "connect" in detail.lower() and endpoint.url.lower().startswith("rediss://"):
+        return (
+            f"Redis at {endpoint.description} did not complete the connection: TCP connect within "
+            f"{endpoint.connect_timeout_s:g} s, then the TLS handshake within "
+            f"{endpoint.read_timeout_s:g} s. If that port serves plain-text Redis, use redis:// "
+            f"instead of rediss://; the limits are the URL parameters {CONNECT_TIMEOUT_PARAM} "
+            f"and {READ_TIMEOUT_PARAM} (seconds, in option 'url')."
+        )
     if "connect" in detail.lower():
         limit, what = endpoint.connect_timeout_s, "connect"
         names = f"the URL parameter {CONNECT_TIMEOUT_PARAM} (seconds, in option 'url')"
