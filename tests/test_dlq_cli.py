@@ -60,7 +60,10 @@ def table(tmp_path: Path) -> str:
 
 # --- errors: one line, exit status 2, the command line's words -----------------------------------
 
-URL_RULE = "must be a Redis URL starting with redis://, rediss:// or unix://, got http://..."
+URL_RULE = (
+    "must be a Redis URL starting with redis://, rediss:// or unix://, got http://...; accepted: "
+    "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+)
 VALID = ", ".join(COLUMNS)
 
 
@@ -137,7 +140,8 @@ VALID = ", ".join(COLUMNS)
         ),
         (
             ["replay", "--table", "{table}", "--url", "redis://h:99999"],
-            "atlasbus dlq: error: --url has an invalid port (host 'h')",
+            "atlasbus dlq: error: --url has an invalid port (host 'h'), got "
+            "'redis://h:99999': a port is an integer from 1 to 65535",
         ),
     ],
 )

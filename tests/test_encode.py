@@ -135,7 +135,8 @@ def test_all_options_parsed() -> None:
         (
             {"url": "http://x"},
             "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, "
-            "got http://...",
+            "got http://...; accepted: redis://[user:password@]host[:port][/db], rediss://... "
+            "(TLS) or unix:///path/to.sock",
         ),
         (
             {"maxlength": "5"},

@@ -125,6 +125,11 @@ def test_old_plain_checkpoints_are_read_as_one_piece_per_stream(
 def test_xdel_beyond_the_batch_and_of_read_entries_is_not_loss(
     r: redis.Redis, redis_url: str, prefix: str
 ) -> None:
+    if redis_major(r) < 7:
+        pytest.skip(
+            "Redis 6.2 records no XDEL: a deleted last-read entry looks like a trim and is "
+            "reported conservatively (docs/guarantees.md)"
+        )
     options = _options(redis_url, prefix)
     stream = f"{prefix}:t"
     ids = publish(r, prefix, "t", 100)
@@ -143,10 +148,7 @@ def test_xdel_beyond_the_batch_and_of_read_entries_is_not_loss(
     r.xdel(stream, *ids[100:200])
     with pytest.raises(DataLossError) as info:
         _plan(options, nxt, _end(options, nxt))
-    if redis_major(r) >= 7:
-        assert f"2 entries after {ids[199]} up to {ids[299]} were removed" in str(info.value)
-    else:  # 6.2 cannot tell XDEL from trimming: conservative (docs/guarantees.md)
-        assert f"entries after {ids[199]} and before {ids[200]}" in str(info.value)
+    assert f"2 entries after {ids[199]} up to {ids[299]} were removed" in str(info.value)
 
 
 # --- 3. loss is reported, counted, once -----------------------------------------------------------

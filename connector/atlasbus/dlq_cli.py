@@ -234,7 +234,8 @@ def _endpoint(url: str | None) -> RedisEndpoint:
     try:
         return RedisEndpoint.from_options(url, None, None)
     except ConfigurationError as exc:
-        raise ConfigurationError(str(exc).replace("option 'url'", source)) from None
+        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
+        raise ConfigurationError(text.replace("option 'url'", source)) from None
 
 
 # --- commands ------------------------------------------------------------------------------------
