@@ -26,7 +26,7 @@ from atlasbus.entry_id import EntryId
 from atlasbus.publisher import Publisher, marker_key
 from atlasbus.sink_options import parse_sink_options
 from cases import MALFORMED, raw_map
-from helpers import BatchCollector, envelope, publish, stream_reader
+from helpers import BatchCollector, envelope, publish, redis_major, stream_reader
 
 pytestmark = pytest.mark.spark
 
@@ -221,8 +221,9 @@ def test_each_lost_range_becomes_one_data_loss_dead_letter(
         "orders",
         stream,
     )
+    counted = "60 entries" if redis_major(r) >= 7 else "entries"  # 6.2 keeps no counts
     assert letter["error"] == (
-        f"stream '{stream}': 60 entries after {first_ids[-1]} up to {upto} were removed "
+        f"stream '{stream}': {counted} after {first_ids[-1]} up to {upto} were removed "
         "(trimmed or deleted) before the query read them"
     )
     assert (letter["entry_id"], dict(letter["fields"])) == (

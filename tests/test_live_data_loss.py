@@ -163,6 +163,11 @@ def test_a_stream_deleted_with_unread_entries_is_reported_at_the_next_trigger(
 def test_xdel_beyond_the_batch_end_and_of_read_entries_is_not_loss_streaming_or_batch(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
+    if redis_major(r) < 7:
+        pytest.skip(
+            "Redis 6.2 records no XDEL: a deleted last-read entry looks like a trim and is "
+            "reported conservatively (docs/guarantees.md)"
+        )
     stream = f"{prefix}:t"
     ids = publish(r, prefix, "t", 50)
     collector = BatchCollector(columns=("id",))

@@ -16,7 +16,7 @@ from chispa import assert_df_equality
 from atlasbus.errors import PublishError
 from atlasbus.publisher import Publisher, marker_key
 from atlasbus.sink_options import parse_sink_options
-from helpers import publish
+from helpers import publish, redis_major
 
 pytestmark = pytest.mark.spark
 
@@ -209,7 +209,8 @@ def test_max_len_keeps_each_stream_near_its_cap(
         length = r.xlen(f"{prefix}:{topic}")
         # MAXLEN ~ trims whole macro nodes (stream-node-max-entries, 100 by default)
         assert 500 <= length <= 600, (topic, length)
-    assert r.xinfo_stream(f"{prefix}:even")["entries-added"] == 3000
+    if redis_major(r) >= 7:  # 6.2 keeps no count of entries added
+        assert r.xinfo_stream(f"{prefix}:even")["entries-added"] == 3000
 
 
 def test_oversized_row_fails_the_batch_naming_topic_column_and_reason(
