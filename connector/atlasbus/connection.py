@@ -226,7 +226,7 @@ def _retry() -> Any:
     the user wait (redis-py's ``AuthenticationError`` is a ``ConnectionError``).
     """
     import redis
-    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.backoff import EqualJitterBackoff  # in every redis-py pyproject allows
     from redis.retry import Retry
 
     class ConnectionRetry(Retry):
@@ -240,7 +240,7 @@ def _retry() -> Any:
 
             return super().call_with_retry(do, fail, retryable, with_failure_count)
 
-    backoff = ExponentialWithJitterBackoff(base=0.5, cap=5)
+    backoff = EqualJitterBackoff(cap=5, base=0.5)
     if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:
         return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))  # redis-py < 6
     return ConnectionRetry(backoff, 3, supported_errors=(redis.ConnectionError,))
