@@ -155,7 +155,11 @@ def test_a_stream_deleted_with_unread_entries_is_reported_at_the_next_trigger(
     finally:
         query.stop()
     message = str(info.value)
-    assert f"stream {stream!r}: entries after " in message, message[:2000]
+    # found at the next trigger (the stream is gone), or by the task of a batch planned just
+    # before the DEL, which counts what it missed: both name the stream and the range
+    assert re.search(
+        rf"stream {re.escape(repr(stream))}: (\d+ entries|1 entry|entries) after ", message
+    ), message[:2000]
     assert "failOnDataLoss=false" in message
 
 
