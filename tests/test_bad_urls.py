@@ -21,8 +21,10 @@ URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix
 MAX = 2**63 - 1
 SOURCE_ACCEPTED = (
     "deadLetterTable, endingOffsets, failOnDataLoss, format, group, includeRawFields, "
-    "maxEntriesPerPartition, maxEntriesPerTrigger, pageSize, password, startingOffsets, "
-    "startingTimestamp, streamPrefix, streams, topicPattern, topics, trimConsumed, url, username"
+    "maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, minEntriesPerTrigger, "
+    "pageSize, password, pendingOf, startingOffsets, startingTimestamp, streamPrefix, streams, "
+    "sweepDelete, sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, "
+    "trimConsumed, url, username"
 )
 URL_PARAMETERS = (
     "client_name, db, health_check_interval, max_connections, protocol, socket_connect_timeout, "

@@ -17,11 +17,14 @@ from atlasbus.positions import (
     batch_end,
     ending_offsets,
     latest_offsets,
-    require_batch_compatible,
-    require_streaming_compatible,
     starting_offsets,
 )
-from atlasbus.source_options import SourceOptions, parse_source_options
+from atlasbus.source_options import (
+    SourceOptions,
+    parse_source_options,
+    require_batch_compatible,
+    require_streaming_compatible,
+)
 from atlasbus.streams import StreamCatalog
 
 
@@ -291,3 +294,31 @@ def test_options_for_the_other_kind_of_read_are_refused_naming_them(redis_url: s
     with pytest.raises(ConfigurationError, match="option 'startingOffsets' cannot be 'latest'"):
         require_batch_compatible(latest)
     require_streaming_compatible(latest)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"minEntriesPerTrigger": "5"}, "option 'minEntriesPerTrigger' is for streaming queries"),
+        ({"trimConsumed": "true"}, "option 'trimConsumed' is for streaming queries"),
+        (
+            {"sweepGroup": "g", "sweepMaxDeliveries": "3", "deadLetterTable": "/tmp/dlq"},
+            "option 'sweepGroup' is for streaming queries (spark.readStream) only",
+        ),
+    ],
+)
+def test_streaming_only_options_are_refused_for_a_batch_read(
+    redis_url: str, extra: dict[str, str], message: str
+) -> None:
+    chosen = options(redis_url, "p", **extra)
+    require_streaming_compatible(chosen)
+    with pytest.raises(ConfigurationError) as info:
+        require_batch_compatible(chosen)
+    assert message in str(info.value)
+
+
+def test_pending_of_is_a_batch_read_and_may_start_anywhere(redis_url: str) -> None:
+    pending = options(redis_url, "p", pendingOf="workers")
+    with pytest.raises(ConfigurationError, match="option 'pendingOf' is for batch reads"):
+        require_streaming_compatible(pending)
+    require_batch_compatible(pending)

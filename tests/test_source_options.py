@@ -9,7 +9,7 @@ import pytest
 
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError
-from atlasbus.source_options import parse_source_options
+from atlasbus.source_options import SweepPolicy, TriggerPacing, parse_source_options
 
 BAD_OPTIONS = [
     ({}, "exactly one of options 'topics', 'topicPattern', 'streams' must be set (got none)"),
@@ -91,7 +91,55 @@ BAD_OPTIONS = [
         "option 'deadLetterTable' needs format=envelope: format=raw does not decode entries, so "
         "none is malformed; remove one of the two options",
     ),
-    ({"topics": "a", "trimConsumed": "true"}, "option 'trimConsumed' is not yet supported"),
+    (
+        {"topics": "a", "trimConsumed": "yes"},
+        "option 'trimConsumed' must be 'true' or 'false', got 'yes'",
+    ),
+    (
+        {"topics": "a", "minEntriesPerTrigger": "0"},
+        "option 'minEntriesPerTrigger' must be a positive integer, got '0'",
+    ),
+    (
+        {"topics": "a", "minEntriesPerTrigger": "10", "maxTriggerDelay": "soon"},
+        "option 'maxTriggerDelay' must be a duration like 500ms, 2s, 15m, 1h or 1d (a bare "
+        "number is milliseconds), got 'soon'",
+    ),
+    (
+        {"topics": "a", "maxTriggerDelay": "2s"},
+        "option 'maxTriggerDelay' needs option 'minEntriesPerTrigger': the delay bounds how long "
+        "a trigger waits for that many entries",
+    ),
+    (
+        {"topics": "a", "minEntriesPerTrigger": "100", "maxEntriesPerTrigger": "10"},
+        "option 'minEntriesPerTrigger' (100) must not exceed option 'maxEntriesPerTrigger' (10)",
+    ),
+    (
+        {"topics": "a", "sweepMaxDeliveries": "3"},
+        "option 'sweepMaxDeliveries' needs option 'sweepGroup': name the consumer group whose "
+        "retry-exhausted entries the source should dead-letter",
+    ),
+    (
+        {"topics": "a", "sweepGroup": "g", "deadLetterTable": "/tmp/x"},
+        "option 'sweepGroup' needs option 'sweepMaxDeliveries': how many deliveries make an "
+        "entry retry-exhausted (the bus's own retry limit, e.g. 3)",
+    ),
+    (
+        {"topics": "a", "sweepGroup": "g", "sweepMaxDeliveries": "3"},
+        "option 'sweepGroup' needs option 'deadLetterTable': retry-exhausted entries are "
+        "acknowledged only once their dead letter is written",
+    ),
+    (
+        {
+            "topics": "a",
+            "sweepGroup": "g",
+            "sweepMaxDeliveries": "3",
+            "deadLetterTable": "/t",
+            "sweepMinIdle": "-1s",
+        },
+        "option 'sweepMinIdle' must be a duration like 500ms, 2s, 15m, 1h or 1d (a bare number "
+        "is milliseconds), got '-1s'",
+    ),
+    ({"topics": "a", "pendingOf": " "}, "option 'pendingOf' must not be empty"),
     ({"topics": ""}, "option 'topics' must be a comma-separated list of non-empty names, got ''"),
     (
         {"streams": "x,,y"},
@@ -150,6 +198,57 @@ def test_dead_letter_table_is_parsed_and_off_by_default() -> None:
     assert parse_source_options({"topics": "a"}).dead_letter_table is None
     parsed = parse_source_options({"topics": "a", "DeadLetterTable": " /lake/dlq "})
     assert parsed.dead_letter_table == "/lake/dlq"
+
+
+def test_operations_options_are_parsed_into_policies() -> None:
+    plain = parse_source_options({"topics": "a"})
+    assert (plain.pacing, plain.trim_consumed, plain.pending_of, plain.sweep) == (
+        None,
+        False,
+        None,
+        None,
+    )
+    parsed = parse_source_options(
+        {
+            "topics": "a",
+            "minEntriesPerTrigger": "1000",
+            "maxtriggerdelay": "2s",
+            "trimConsumed": "TRUE",
+            "pendingOf": " workers ",
+            "sweepGroup": "workers",
+            "sweepMaxDeliveries": "3",
+            "sweepMinIdle": "1m",
+            "sweepDelete": "true",
+            "deadLetterTable": "/lake/dlq",
+        }
+    )
+    assert parsed.pacing == TriggerPacing(min_entries=1000, max_delay_ms=2000)
+    assert parsed.trim_consumed is True
+    assert parsed.pending_of == "workers"
+    assert parsed.sweep == SweepPolicy("workers", 3, 60_000, delete=True)
+    defaults = parse_source_options({"topics": "a", "minEntriesPerTrigger": "5"})
+    assert defaults.pacing == TriggerPacing(5, 15 * 60 * 1000)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("250", 250),
+        ("250ms", 250),
+        ("2s", 2000),
+        ("2 s", 2000),
+        ("15m", 900_000),
+        ("15min", 900_000),
+        ("1h", 3_600_000),
+        ("1D", 86_400_000),
+        ("0", 0),
+    ],
+)
+def test_durations_read_as_spark_writes_them(text: str, ms: int) -> None:
+    parsed = parse_source_options(
+        {"topics": "a", "minEntriesPerTrigger": "1", "maxTriggerDelay": text}
+    )
+    assert parsed.pacing is not None and parsed.pacing.max_delay_ms == ms
 
 
 def test_password_never_appears_in_the_options_repr() -> None:

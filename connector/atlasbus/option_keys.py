@@ -29,7 +29,17 @@ FAIL_ON_DATA_LOSS = "failOnDataLoss"
 FORMAT = "format"
 INCLUDE_RAW_FIELDS = "includeRawFields"
 PAGE_SIZE = "pageSize"
-TRIM_CONSUMED = "trimConsumed"  # documented but refused in this release
+MIN_ENTRIES_PER_TRIGGER = "minEntriesPerTrigger"
+MAX_TRIGGER_DELAY = "maxTriggerDelay"
+TRIM_CONSUMED = "trimConsumed"
+PENDING_OF = "pendingOf"
+SWEEP_GROUP = "sweepGroup"
+SWEEP_MAX_DELIVERIES = "sweepMaxDeliveries"
+SWEEP_MIN_IDLE = "sweepMinIdle"
+SWEEP_DELETE = "sweepDelete"
+
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_SWEEP_MIN_IDLE_MS = 60 * 1000
 
 SOURCE_OPTIONS = (
     URL,
@@ -44,12 +54,20 @@ SOURCE_OPTIONS = (
     ENDING_OFFSETS,
     GROUP,
     MAX_ENTRIES_PER_TRIGGER,
+    MIN_ENTRIES_PER_TRIGGER,
+    MAX_TRIGGER_DELAY,
     MAX_ENTRIES_PER_PARTITION,
     FAIL_ON_DATA_LOSS,
     FORMAT,
     INCLUDE_RAW_FIELDS,
     PAGE_SIZE,
     DEAD_LETTER_TABLE,
+    TRIM_CONSUMED,
+    PENDING_OF,
+    SWEEP_GROUP,
+    SWEEP_MAX_DELIVERIES,
+    SWEEP_MIN_IDLE,
+    SWEEP_DELETE,
 )
 
 # Spark adds these to a read's options itself; they are not ours to refuse.

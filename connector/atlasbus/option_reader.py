@@ -10,6 +10,7 @@ the driver when a DataFrame is defined or a write starts; no I/O.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import overload
@@ -20,6 +21,10 @@ from atlasbus.errors import ConfigurationError
 
 # Redis's counts and lengths are signed 64-bit integers.
 MAX_REDIS_INTEGER = 2**63 - 1
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_DURATION_UNITS_MS["d"] = 24 * _DURATION_UNITS_MS["h"]
+_DURATION = re.compile(r"(\d{1,19})\s*(ms|s|min|m|h|d)?")
 
 
 class OptionReader:
@@ -73,6 +78,23 @@ class OptionReader:
             raise ConfigurationError(
                 f"option '{name}' must be a positive integer at most {maximum}, got {raw!r}"
             )
+        return value
+
+    def duration_ms(self, name: str, default: int) -> int:
+        """A duration as Spark writes them (``500ms``, ``2s``, ``15m``, ``1h``, ``1d``; a bare
+        number is milliseconds), in milliseconds; ``default`` when absent."""
+        raw = self.string(name)
+        if raw is None:
+            return default
+        match = _DURATION.fullmatch(raw.strip().lower())
+        if match is None:
+            raise ConfigurationError(
+                f"option '{name}' must be a duration like 500ms, 2s, 15m, 1h or 1d (a bare "
+                f"number is milliseconds), got {raw!r}"
+            )
+        value = int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
+        if value > MAX_REDIS_INTEGER:
+            raise ConfigurationError(f"option '{name}' is too long a duration, got {raw!r}")
         return value
 
     def boolean(self, name: str, default: bool) -> bool:

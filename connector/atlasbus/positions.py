@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.errors import ConfigurationError
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog, StreamInfo, Walk, last_position
 
@@ -175,19 +174,3 @@ def ending_offsets(catalog: StreamCatalog, options: SourceOptions) -> dict[str, 
     streams = catalog.discover(options.subscription)
     infos = catalog.info(streams)
     return {stream: last_position(infos[stream]) for stream in streams}
-
-
-def require_streaming_compatible(options: SourceOptions) -> None:
-    if options.ending is not None:
-        raise ConfigurationError(
-            "option 'endingOffsets' is for batch reads (spark.read) only; a streaming query "
-            "runs until stopped: remove it, or use trigger(availableNow=True) to stop at the end"
-        )
-
-
-def require_batch_compatible(options: SourceOptions) -> None:
-    if options.starting.kind == "latest":
-        raise ConfigurationError(
-            "option 'startingOffsets' cannot be 'latest' for a batch read (spark.read): it would "
-            "read nothing. Use earliest, group, a JSON object, or startingTimestamp"
-        )

@@ -23,6 +23,8 @@ __all__ = [
     "SourceOptions",
     "StartingPosition",
     "Subscription",
+    "SweepPolicy",
+    "TriggerPacing",
     "parse_source_options",
 ]
 
@@ -130,6 +132,33 @@ class SourceOptions:
     include_raw_fields: bool
     page_size: int
     dead_letter_table: str | None = None
+    pacing: TriggerPacing | None = None
+    trim_consumed: bool = False
+    pending_of: str | None = None
+    sweep: SweepPolicy | None = None
+
+
+@dataclass(frozen=True)
+class TriggerPacing:
+    """``minEntriesPerTrigger`` with ``maxTriggerDelay``: wait for enough, never too long."""
+
+    min_entries: int
+    max_delay_ms: int
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    """The retry-exhausted reaper run by the source each trigger (``sweep*`` options).
+
+    Entries of ``group`` pending at least ``min_idle_ms`` and delivered ``max_deliveries``
+    times or more become ``retry-exhausted`` dead letters, then are acknowledged (and deleted
+    with ``delete``).
+    """
+
+    group: str
+    max_deliveries: int
+    min_idle_ms: int
+    delete: bool = False
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
@@ -137,12 +166,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     reader = OptionReader(options)
     # Unknown keys first: a sink option given to the source ('topic') is a typo to name, not
     # a missing subscription.
-    reader.reject_unknown(
-        (*keys.SOURCE_OPTIONS, keys.TRIM_CONSUMED), ignored=keys.SPARK_READ_OPTIONS
-    )
-    reader.reject_unsupported(
-        (keys.TRIM_CONSUMED,), "trimming consumed entries is not available in this release"
-    )
+    reader.reject_unknown(keys.SOURCE_OPTIONS, ignored=keys.SPARK_READ_OPTIONS)
     shared = parse_shared_options(reader)
     subscription = _parse_subscription(reader, shared.stream_prefix)
     group = reader.non_empty(keys.GROUP)
@@ -165,6 +189,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         include_raw_fields=reader.boolean(keys.INCLUDE_RAW_FIELDS, False),
         page_size=reader.positive_int(keys.PAGE_SIZE, default=DEFAULT_PAGE_SIZE),
         dead_letter_table=shared.dead_letter_table,
+        pacing=_parse_pacing(reader),
+        trim_consumed=reader.boolean(keys.TRIM_CONSUMED, False),
+        pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
+        sweep=_parse_sweep(reader, shared.dead_letter_table),
     )
     if parsed.dead_letter_table is not None and parsed.format == "raw":
         raise ConfigurationError(
@@ -172,6 +200,60 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             "decode entries, so none is malformed; remove one of the two options"
         )
     return parsed
+
+
+def _stripped(value: str | None) -> str | None:
+    return None if value is None else value.strip()
+
+
+def _parse_pacing(reader: OptionReader) -> TriggerPacing | None:
+    min_entries = reader.positive_int(keys.MIN_ENTRIES_PER_TRIGGER)
+    delay = reader.duration_ms(keys.MAX_TRIGGER_DELAY, keys.DEFAULT_MAX_TRIGGER_DELAY_MS)
+    if min_entries is None:
+        if reader.has(keys.MAX_TRIGGER_DELAY):
+            raise ConfigurationError(
+                f"option '{keys.MAX_TRIGGER_DELAY}' needs option "
+                f"'{keys.MIN_ENTRIES_PER_TRIGGER}': the delay bounds how long a trigger waits "
+                "for that many entries"
+            )
+        return None
+    maximum = reader.positive_int(keys.MAX_ENTRIES_PER_TRIGGER)
+    if maximum is not None and maximum < min_entries:
+        raise ConfigurationError(
+            f"option '{keys.MIN_ENTRIES_PER_TRIGGER}' ({min_entries}) must not exceed option "
+            f"'{keys.MAX_ENTRIES_PER_TRIGGER}' ({maximum})"
+        )
+    return TriggerPacing(min_entries, delay)
+
+
+def _parse_sweep(reader: OptionReader, dead_letter_table: str | None) -> SweepPolicy | None:
+    group = _stripped(reader.non_empty(keys.SWEEP_GROUP))
+    max_deliveries = reader.positive_int(keys.SWEEP_MAX_DELIVERIES)
+    min_idle = reader.duration_ms(keys.SWEEP_MIN_IDLE, keys.DEFAULT_SWEEP_MIN_IDLE_MS)
+    delete = reader.boolean(keys.SWEEP_DELETE, False)
+    if group is None:
+        given = [
+            name
+            for name in (keys.SWEEP_MAX_DELIVERIES, keys.SWEEP_MIN_IDLE, keys.SWEEP_DELETE)
+            if reader.has(name)
+        ]
+        if given:
+            raise ConfigurationError(
+                f"option '{given[0]}' needs option '{keys.SWEEP_GROUP}': name the consumer "
+                "group whose retry-exhausted entries the source should dead-letter"
+            )
+        return None
+    if max_deliveries is None:
+        raise ConfigurationError(
+            f"option '{keys.SWEEP_GROUP}' needs option '{keys.SWEEP_MAX_DELIVERIES}': how many "
+            "deliveries make an entry retry-exhausted (the bus's own retry limit, e.g. 3)"
+        )
+    if dead_letter_table is None:
+        raise ConfigurationError(
+            f"option '{keys.SWEEP_GROUP}' needs option '{keys.DEAD_LETTER_TABLE}': "
+            "retry-exhausted entries are acknowledged only once their dead letter is written"
+        )
+    return SweepPolicy(group, max_deliveries, min_idle, delete)
 
 
 def _parse_subscription(reader: OptionReader, prefix: str) -> Subscription:
@@ -318,3 +400,40 @@ def _parse_offsets_json(
         except OffsetError as exc:
             raise ConfigurationError(str(exc)) from None
     return positions
+
+
+def require_streaming_compatible(options: SourceOptions) -> None:
+    """Refuse, at ``load()``, options that only a batch read (``spark.read``) can honour."""
+    if options.ending is not None:
+        raise ConfigurationError(
+            "option 'endingOffsets' is for batch reads (spark.read) only; a streaming query "
+            "runs until stopped: remove it, or use trigger(availableNow=True) to stop at the end"
+        )
+    if options.pending_of is not None:
+        raise ConfigurationError(
+            f"option '{keys.PENDING_OF}' is for batch reads (spark.read) only: it lists a "
+            "group's pending entries as they are now; read it with spark.read"
+        )
+
+
+def require_batch_compatible(options: SourceOptions) -> None:
+    """Refuse, at ``load()``, options that only a streaming query can honour."""
+    if options.starting.kind == "latest" and options.pending_of is None:
+        raise ConfigurationError(
+            "option 'startingOffsets' cannot be 'latest' for a batch read (spark.read): it would "
+            "read nothing. Use earliest, group, a JSON object, or startingTimestamp"
+        )
+    streaming_only = [
+        name
+        for name, given in (
+            (keys.MIN_ENTRIES_PER_TRIGGER, options.pacing is not None),
+            (keys.TRIM_CONSUMED, options.trim_consumed),
+            (keys.SWEEP_GROUP, options.sweep is not None),
+        )
+        if given
+    ]
+    if streaming_only:
+        raise ConfigurationError(
+            f"option '{streaming_only[0]}' is for streaming queries (spark.readStream) only: "
+            "it acts once per trigger; remove it from this batch read"
+        )

@@ -58,11 +58,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from atlasbus.errors import ConfigurationError
-from atlasbus.positions import require_batch_compatible, require_streaming_compatible
 from atlasbus.schema import schema_for, spark_ddl
 from atlasbus.sink_columns import ACCEPTED_TYPES
 from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
-from atlasbus.source_options import SourceOptions, parse_source_options
+from atlasbus.source_options import (
+    SourceOptions,
+    parse_source_options,
+    require_batch_compatible,
+    require_streaming_compatible,
+)
 from pyspark_atlasbus.user_errors import user_facing
 
 
