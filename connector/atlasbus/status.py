@@ -147,14 +147,16 @@ class DeadLetterStatus:
 class BusStatus:
     """Everything ``atlasbus status`` shows, as of ``at``.
 
-    ``missing`` lists the stream keys of named topics that do not exist; ``dead_letters`` is
-    None when no table was given.
+    ``topics`` are the topics asked for (None: every stream under the prefix); ``missing``
+    the stream keys of named topics that do not exist; ``dead_letters`` is None when no table
+    was given.
     """
 
     at: datetime
     server: str
     redis_version: str
     stream_prefix: str
+    topics: tuple[str, ...] | None
     streams: tuple[StreamStatus, ...]
     missing: tuple[str, ...]
     dead_letters: DeadLetterStatus | None
@@ -222,6 +224,7 @@ def bus_status(
         server=endpoint.description,
         redis_version=version,
         stream_prefix=stream_prefix,
+        topics=None if topics is None else tuple(topics),
         streams=tuple(present),
         missing=missing,
         dead_letters=letters,
