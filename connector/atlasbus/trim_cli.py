@@ -1,0 +1,155 @@
+"""``atlasbus trim``: trim the bus's streams to what every consumer group consumed.
+
+The command-line face of ``atlasbus.retention.trim_consumed`` with no query position: only the
+consumer groups Redis knows hold entries back (a streaming query counts through its ``group``
+option). Talks to Redis only, never starts Spark, which is why it lives in the core
+(``pyspark_atlasbus.cli`` only registers it). ``--dry-run`` says what would go and removes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import redis
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.dlq_cli import HelpFormatter, cli_wording, format_table
+from atlasbus.entry_id import EntryId
+from atlasbus.errors import AtlasbusError, ConfigurationError
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.retention import TrimResult, trim_consumed
+from atlasbus.source_options import Subscription
+from atlasbus.streams import StreamCatalog
+
+PROG = "atlasbus trim"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``trim`` command to the ``atlasbus`` command line."""
+    trim = subparsers.add_parser(
+        "trim",
+        formatter_class=HelpFormatter,
+        help="trim streams to what every consumer group consumed",
+        description="Trim each stream {prefix}:{topic} (XTRIM MINID) up to the oldest position "
+        "any consumer group still needs: each group's last-delivered entry and its oldest "
+        "pending (unacknowledged) entry are kept, and everything after them. A stream without "
+        "consumer groups is left alone. A streaming query holds entries back only through its "
+        "'group' option. Prints, per stream, the trim point, what goes and which group holds "
+        "it back.",
+    )
+    trim.add_argument(
+        "--url",
+        type=_non_empty,
+        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
+    )
+    trim.add_argument(
+        "--prefix",
+        "--stream-prefix",
+        dest="prefix",
+        type=_non_empty,
+        default=DEFAULT_STREAM_PREFIX,
+        help=f"stream prefix: streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+    )
+    trim.add_argument(
+        "--topics",
+        type=_topics,
+        help="comma-separated topics to trim (default: every stream under the prefix)",
+    )
+    trim.add_argument(
+        "--dry-run", action="store_true", help="say what would be trimmed; remove nothing"
+    )
+    trim.set_defaults(run=run_trim)
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _topics(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not names or any(not name for name in names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated topic names, got {text!r}")
+    return names
+
+
+def _endpoint(url: str | None) -> RedisEndpoint:
+    """From --url, else $REDIS_URL, else localhost; errors name where the URL came from."""
+    source = "--url" if url is not None else "$REDIS_URL"
+    try:
+        return RedisEndpoint.from_options(url, None, None)
+    except ConfigurationError as exc:
+        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
+        raise ConfigurationError(text.replace("option 'url'", source)) from None
+
+
+def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Exit status 0 when done (also when nothing went), 2 on an error (one line on stderr)."""
+    out = out or sys.stdout
+    try:
+        endpoint = _endpoint(args.url)
+        if args.topics is not None:
+            subscription = Subscription("topics", args.topics, args.prefix)
+        else:
+            subscription = Subscription("pattern", ("*",), args.prefix)
+        streams = StreamCatalog(endpoint).discover(subscription)
+        positions: dict[str, EntryId | None] = dict.fromkeys(streams)
+        results = trim_consumed(endpoint, positions, dry_run=args.dry_run)
+    except (AtlasbusError, ValueError) as exc:
+        sys.stderr.write(f"{PROG}: error: {cli_wording(str(exc))}\n")
+        return 2
+    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        sys.stderr.write(f"{PROG}: error: Redis replied: {first}\n")
+        return 2
+    write_report(results, out, prefix=args.prefix, dry_run=args.dry_run)
+    return 0
+
+
+def write_report(results: Sequence[TrimResult], out: TextIO, *, prefix: str, dry_run: bool) -> None:
+    """One row per stream: the trim point, what goes, what is left, who holds it back."""
+    if not results:
+        out.write(f"no streams under prefix {prefix!r}\n")
+        return
+    headers = [
+        "stream",
+        "trim point",
+        "would remove" if dry_run else "removed",
+        "would keep" if dry_run else "kept",
+        "held back by",
+    ]
+    rows = [_row(result) for result in results]
+    out.write(format_table(headers, rows))
+    total = sum(r.removed for r in results)
+    at_least = "at least " if any(not r.exact for r in results) else ""
+    touched = sum(1 for r in results if r.removed)
+    verb = "would remove" if dry_run else "removed"
+    out.write(f"{verb} {at_least}{total} entries from {touched} of {len(results)} stream(s)\n")
+
+
+def _row(result: TrimResult) -> list[str]:
+    if not result.exists:
+        return [result.stream, "-", "0", "0", "no such stream"]
+    if result.point is None:
+        return [result.stream, "-", "0", str(result.remaining), "no consumer group: left alone"]
+    removed = str(result.removed) if result.exact else f">={result.removed}"
+    remaining = str(result.remaining) if result.exact else f"<={result.remaining}"
+    holders = ", ".join(h.describe() for h in result.held_by)
+    return [result.stream, str(result.point), removed, remaining, holders]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``atlasbus trim ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    parser = argparse.ArgumentParser(prog="atlasbus")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
