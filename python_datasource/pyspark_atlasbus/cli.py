@@ -13,7 +13,7 @@ from atlasbus import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from atlasbus import dlq_cli, trim_cli
+    from atlasbus import dlq_cli, status_cli, trim_cli
     from pyspark_atlasbus import demo
 
     parser = argparse.ArgumentParser(
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
     dlq_cli.register(commands)
+    status_cli.register(commands)
     trim_cli.register(commands)
     return parser
 

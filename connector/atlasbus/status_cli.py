@@ -1,0 +1,211 @@
+"""``atlasbus status``: streams, consumer groups and dead letters, from a terminal or a cron job.
+
+The figures are ``atlasbus.status.bus_status``'s (where each comes from: that module's
+docstring); ``atlasbus.status_report`` renders them as a table (default), ``--json`` or
+``--prometheus``. Runs in the command line's process; never starts Spark or a JVM, which is why
+it lives in the core (``pyspark_atlasbus.cli`` only registers it). Conventions (flags, errors as
+one line with exit status 2, credentials never shown) are ``atlasbus dlq``'s: see dlq_cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from deltalake.exceptions import DeltaError
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.dlq_cli import HelpFormatter, cli_wording
+from atlasbus.errors import AtlasbusError, ConfigurationError
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.status import BusStatus, bus_status
+from atlasbus.status_report import render_json, render_prometheus, render_table
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``status`` command to the ``atlasbus`` command line."""
+    status = subparsers.add_parser(
+        "status",
+        formatter_class=HelpFormatter,
+        help="streams, consumer groups, lag and dead letters at a glance",
+        description="For every stream under the prefix (or the topics named): length, first "
+        "and last entry, entries ever added (Redis 7); for each consumer group: consumers, "
+        "pending entries, last-delivered ID, lag and the oldest pending entry's idle time; "
+        "with --table, dead letters by stage and reason in the last hour and in all. A few "
+        "round trips whatever the number of streams; no entry is read. Starts no Spark.",
+    )
+    status.add_argument(
+        "--url",
+        type=_non_empty,
+        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
+    )
+    status.add_argument(
+        "--prefix",
+        "--stream-prefix",
+        dest="prefix",
+        type=_non_empty,
+        default=DEFAULT_STREAM_PREFIX,
+        help=f"the streams {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+    )
+    status.add_argument(
+        "--topics",
+        type=_topics,
+        help="comma-separated topics to show (default: every stream under the prefix)",
+    )
+    status.add_argument(
+        "--table",
+        type=_non_empty,
+        help="also count the dead letters of this dead-letter table (a path or a delta-rs URI)",
+    )
+    form = status.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON (times ISO-8601 UTC)")
+    form.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="print the Prometheus text exposition format (gauges named atlasbus_*), e.g. for "
+        "node exporter's textfile collector",
+    )
+    status.add_argument(
+        "--watch",
+        type=_seconds,
+        metavar="N",
+        help="refresh every N seconds until interrupted (with --json: one document per line)",
+    )
+    status.add_argument(
+        "--output",
+        type=_non_empty,
+        metavar="FILE",
+        help="write each report to FILE instead of standard output, replacing it atomically "
+        "(a textfile collector never reads half a file)",
+    )
+    # Bounds --watch (tests, scripts): stop after this many reports.
+    status.add_argument("--count", type=_positive, help=argparse.SUPPRESS)
+    status.set_defaults(run=run_status)
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _topics(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"names no topic, got {text!r}; e.g. --topics orders,pay")
+    return names
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _endpoint(url: str | None) -> RedisEndpoint:
+    """The server, from --url, else $REDIS_URL, else localhost; errors name the source."""
+    source = "--url" if url is not None else "$REDIS_URL"
+    try:
+        return RedisEndpoint.from_options(url, None, None)
+    except ConfigurationError as exc:
+        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
+        raise ConfigurationError(text.replace("option 'url'", source)) from None
+
+
+def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Print the status once, or every ``--watch`` seconds; exit status 2 on an error."""
+    out = out or sys.stdout
+    try:
+        return _status(args, out)
+    except KeyboardInterrupt:  # the way to stop --watch
+        return 0
+    except (AtlasbusError, ValueError) as exc:
+        return _error(cli_wording(str(exc)))
+    except DeltaError as exc:  # from delta-rs: a table it cannot read
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return _error(f"cannot read the dead-letter table {args.table!r} (check --table): {first}")
+    except OSError as exc:  # --output not writable
+        return _error(f"cannot write {args.output!r} (check --output): {exc.strerror or exc}")
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"atlasbus status: error: {message}\n")
+    return 2
+
+
+def _status(args: argparse.Namespace, out: TextIO) -> int:
+    endpoint = _endpoint(args.url)
+    render = _renderer(args)
+    reports = 0
+    while True:
+        status = bus_status(
+            endpoint, stream_prefix=args.prefix, topics=args.topics, dead_letter_table=args.table
+        )
+        text = render(status)
+        if args.output is not None:
+            _replace(Path(args.output), text)
+        else:
+            if args.watch is not None and not args.json and not args.prometheus:
+                text = (CLEAR_SCREEN if out.isatty() else ("\n" if reports else "")) + text
+            out.write(text)
+            out.flush()
+        reports += 1
+        if args.watch is None or (args.count is not None and reports >= args.count):
+            return 0
+        time.sleep(args.watch)
+
+
+def _renderer(args: argparse.Namespace) -> Callable[[BusStatus], str]:
+    if args.json:
+        indent = None if args.watch is not None else 2
+        return lambda status: render_json(status, indent=indent)
+    if args.prometheus:
+        return render_prometheus
+    return render_table
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp makes it 0600; the collector may be another user
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``atlasbus status ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    parser = argparse.ArgumentParser(prog="atlasbus")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
