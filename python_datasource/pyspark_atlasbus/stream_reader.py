@@ -20,8 +20,9 @@ from pyspark.sql.streaming.datasource import (
 from atlasbus.data_loss import on_data_loss
 from atlasbus.entry_id import EntryId
 from atlasbus.offsets import StreamOffsets
+from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
-from atlasbus.positions import batch_end, latest_offsets, starting_offsets
+from atlasbus.positions import BatchEnd, batch_end, latest_offsets, starting_offsets
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog, StreamInfo
@@ -37,6 +38,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Driver state across triggers: each stream's newest ID when last asked, to notice a
         # stream deleted (DEL) with entries the query had not read yet.
         self._newest_seen: dict[str, EntryId] = {}
+        self._pacer = TriggerPacer(options.pacing) if options.pacing is not None else None
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -76,10 +78,25 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._available_now_target,
         )
         self._report_deleted_streams(committed, end.infos)
+        if self._holds_back(catalog, committed, end):
+            return committed.to_dict()
         marked = mark_batch(
             catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
         )
         return marked.to_dict()
+
+    def _holds_back(self, catalog: StreamCatalog, committed: StreamOffsets, end: BatchEnd) -> bool:
+        """``minEntriesPerTrigger``: too few new entries and ``maxTriggerDelay`` not yet up.
+
+        An availableNow run is never held back: it must reach its target and stop.
+        """
+        if self._pacer is None or self._available_now_target is not None:
+            return False
+        enough = self._pacer.policy.min_entries
+        found = new_entries_at_least(
+            catalog, committed, end.positions, end.infos, end.walks, enough
+        )
+        return self._pacer.hold(found)
 
     def _report_deleted_streams(
         self, committed: StreamOffsets, infos: Mapping[str, StreamInfo | None]
