@@ -36,7 +36,7 @@ from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.offsets import StreamOffsets
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries, StreamPlan
-from atlasbus.streams import StreamCatalog, StreamInfo, Walk
+from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk
 
 COUNT_CUTS_UP_TO = 500_000
 """A range needing several pieces is cut by count up to this many entries, by time beyond."""
@@ -73,17 +73,17 @@ def mark_batch(
     ``infos`` (XINFO STREAM taken when the end was chosen) and ``walks`` (entries counted by
     admission control) are reused when given. A stream that does not advance keeps the plan
     of ``start`` verbatim, so an idle query's end offset equals its start and Spark runs no
-    batch.
+    batch, and costs no question to Redis. The advancing streams' questions are asked
+    together, a few round trips in all whatever their number (see ``_plan_streams``).
     """
     advancing = [s for s in sorted(end) if end[s] > start.get(s, ZERO)]
     if infos is None or any(s not in infos for s in advancing):
         infos = {**(infos or {}), **catalog.info(advancing)}
+    planned = _plan_streams(catalog, options, start, end, advancing, infos, walks or {})
     plans: dict[str, StreamPlan] = {}
     for stream in end:
-        if stream in advancing:
-            plans[stream] = _plan_stream(
-                catalog, options, stream, start, end[stream], infos[stream], (walks or {})
-            )
+        if stream in planned:
+            plans[stream] = planned[stream]
         elif stream in start and start[stream] == end[stream]:
             plans[stream] = start.plan(stream)
         else:
@@ -91,24 +91,109 @@ def mark_batch(
     return StreamOffsets.from_plans(plans)
 
 
-def _plan_stream(
+@dataclass
+class _Planning:
+    """What is known of one advancing stream while its plan is worked out."""
+
+    stream: str
+    after: EntryId
+    upto: EntryId
+    info: StreamInfo
+    walk: Walk | None
+    added: int | None
+    present: int | None
+    first: EntryId | None = None
+    cuts: tuple[EntryId, ...] = ()
+
+
+def _plan_streams(
     catalog: StreamCatalog,
     options: SourceOptions,
-    stream: str,
     start: StreamOffsets,
-    upto: EntryId,
-    info: StreamInfo | None,
+    end: Mapping[str, EntryId],
+    advancing: list[str],
+    infos: Mapping[str, StreamInfo | None],
     walks: Mapping[str, Walk],
-) -> StreamPlan:
+) -> dict[str, StreamPlan]:
+    """Plan every advancing stream; Redis is asked in steps, each one round trip (or a few
+    for long walks) for all the streams that need it:
+
+    1. count the range where XDELs above the start hide how many entries it holds;
+    2. find the first entry in range where the count is unknown, or too large to count;
+    3. count the ranges worth cutting by count (several pieces, up to ``COUNT_CUTS_UP_TO``).
+    """
+    plans: dict[str, StreamPlan] = {}
+    work: list[_Planning] = []
+    for stream in advancing:
+        info = infos[stream]
+        if info is None:  # deleted since the end was chosen: nothing to cut, a task finds it gone
+            plans[stream] = StreamPlan(end[stream], cuts=(), counts=None)
+            continue
+        work.append(_known(stream, start, end[stream], info, walks.get(stream)))
+    size = options.max_entries_per_partition
+
+    recount = [w for w in work if w.present is None and w.after != ZERO]
+    recount = [w for w in recount if needs_count(w.after, w.info)]
+    _count(catalog, size, recount)
+    for w in recount:
+        assert w.walk is not None
+        w.present = w.walk.total
+    losses = {
+        w.stream: lost_before_planning(
+            w.stream, w.after, w.upto, w.info, added=w.added, present=w.present
+        )
+        for w in work
+    }
+
+    uncounted = [w for w in work if w.walk is None]
+    # the first entry is needed to estimate an unknown count, and to cut by time
+    looked_up = [w for w in uncounted if w.present is None or w.present > COUNT_CUTS_UP_TO]
+    found = catalog.first_in_ranges({w.stream: (w.after, w.upto) for w in looked_up})
+    to_count = []
+    for w in uncounted:
+        w.first = found.get(w.stream)
+        entries = w.present
+        if entries is None and w.first is not None:
+            entries = estimate_entries(w.info, w.first, w.upto)
+        if entries is None or entries <= size:
+            continue
+        if entries <= COUNT_CUTS_UP_TO:
+            to_count.append(w)
+        elif w.first is not None:
+            pieces = math.ceil(entries / size)
+            w.cuts = tuple(hi for _, hi in split_range(w.after, w.first, w.upto, pieces)[:-1])
+    _count(catalog, size, to_count)
+
+    for w in work:
+        lost = losses[w.stream]
+        at_tail = w.upto == w.info.last_generated
+        plan_counts: tuple[int, ...] | None
+        if w.walk is not None:
+            cuts, plan_counts = w.walk.pieces(w.upto)
+        else:
+            cuts = w.cuts
+            plan_counts = (w.present,) if w.present is not None and not cuts else None
+        plans[w.stream] = StreamPlan(
+            w.upto,
+            # Only at the stream's newest entry does entries-added say how many reach it.
+            index=w.info.entries_added if at_tail else None,
+            removed=w.info.removed,
+            cuts=cuts,
+            counts=plan_counts,
+            lost=(lost.after, lost.upto, lost.count) if lost is not None else None,
+        )
+    return plans
+
+
+def _known(
+    stream: str, start: StreamOffsets, upto: EntryId, info: StreamInfo, walk: Walk | None
+) -> _Planning:
+    """What the counters (and admission control's walk) already tell of the range."""
     after = start.get(stream, ZERO)
-    if info is None:  # deleted since the end was chosen: nothing to cut, a task finds it gone
-        return StreamPlan(upto, cuts=(), counts=None)
-    walk = walks.get(stream)
     start_plan = start.plan(stream) if stream in start else None
     start_index = 0 if after == ZERO else (start_plan.index if start_plan else None)
-    at_tail = upto == info.last_generated
     added = None
-    if at_tail and info.entries_added is not None and start_index is not None:
+    if upto == info.last_generated and info.entries_added is not None and start_index is not None:
         added = info.entries_added - start_index
     present = walk.total if walk is not None else None
     if present is None and added is not None:
@@ -116,76 +201,16 @@ def _plan_stream(
             present = info.length  # every entry left is in (after, upto]
         elif not needs_count(after, info):
             present = added  # nothing above `after` was removed
-    if present is None and after != ZERO and needs_count(after, info):
-        walk = Walk(options.max_entries_per_partition)
-        catalog.advance(stream, after, upto, None, walk)
-        present = walk.total
-    lost = lost_before_planning(stream, after, upto, info, added=added, present=present)
-    # Only at the stream's newest entry does entries-added say how many entries reach it.
-    index = info.entries_added if at_tail else None
-    if walk is None and _worth_counting(catalog, options, stream, after, upto, info, present):
-        walk = Walk(options.max_entries_per_partition)
-        catalog.advance(stream, after, upto, None, walk)
-    if walk is not None:
-        cuts, counts = walk.pieces(upto)
-        plan_counts: tuple[int, ...] | None = counts
-    else:
-        cuts = _time_cuts(catalog, options, stream, after, upto, info, present)
-        plan_counts = (present,) if present is not None and not cuts else None
-    return StreamPlan(
-        upto,
-        index=index,
-        removed=info.removed,
-        cuts=cuts,
-        counts=plan_counts,
-        lost=(lost.after, lost.upto, lost.count) if lost is not None else None,
+    return _Planning(stream, after, upto, info, walk, added, present)
+
+
+def _count(catalog: StreamCatalog, size: int, streams: list[_Planning]) -> None:
+    """Walk each stream's whole range, all streams together, counting pieces of ``size``."""
+    for w in streams:
+        w.walk = Walk(size)
+    catalog.advance_many(
+        [Advance(w.stream, w.after, w.upto, None, w.walk) for w in streams if w.walk is not None]
     )
-
-
-def _worth_counting(
-    catalog: StreamCatalog,
-    options: SourceOptions,
-    stream: str,
-    after: EntryId,
-    upto: EntryId,
-    info: StreamInfo,
-    present: int | None,
-) -> bool:
-    """Whether to cut this range by count: it needs several pieces and is small enough.
-
-    Cutting by count walks the range's IDs on the driver once, so every task reads exactly
-    ``maxEntriesPerPartition`` entries (time slices drift with the write rate) and knows its
-    count. Past ``COUNT_CUTS_UP_TO`` entries the walk would cost more than it saves.
-    """
-    entries = present
-    if entries is None:
-        first = catalog.first_in_range(stream, after, upto)
-        if first is None:
-            return False
-        entries = estimate_entries(info, first, upto)
-    return options.max_entries_per_partition < entries <= COUNT_CUTS_UP_TO
-
-
-def _time_cuts(
-    catalog: StreamCatalog,
-    options: SourceOptions,
-    stream: str,
-    after: EntryId,
-    upto: EntryId,
-    info: StreamInfo,
-    present: int | None,
-) -> tuple[EntryId, ...]:
-    """Cut points as equal slices of time from the first entry in range (no count known)."""
-    entries = present if present is not None else None
-    if entries is not None and entries <= options.max_entries_per_partition:
-        return ()
-    first = catalog.first_in_range(stream, after, upto)
-    if first is None:
-        return ()
-    if entries is None:
-        entries = estimate_entries(info, first, upto)
-    pieces = math.ceil(entries / options.max_entries_per_partition)
-    return tuple(hi for _, hi in split_range(after, first, upto, pieces)[:-1])
 
 
 def plan_ranges(

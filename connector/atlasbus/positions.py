@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.source_options import SourceOptions
-from atlasbus.streams import StreamCatalog, StreamInfo, Walk, last_position
+from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk, last_position
 
 log = logging.getLogger("atlasbus.positions")
 
@@ -49,8 +49,8 @@ def starting_offsets(
     else:
         positions = dict(starting.offsets)
     if create_group and options.group is not None:
-        for stream in sorted(set(streams) | set(positions)):
-            catalog.ensure_group(stream, options.group, positions.get(stream, ZERO))
+        every = sorted(set(streams) | set(positions))
+        catalog.ensure_groups({s: positions.get(s, ZERO) for s in every}, options.group)
     return _as_read_entries(catalog, positions)
 
 
@@ -63,12 +63,9 @@ def _as_read_entries(
     from ordinary progress (see data_loss.py). A stream with no such entry starts from its
     beginning, like a stream new to the query.
     """
-    resolved: dict[str, EntryId] = {}
-    for stream, position in positions.items():
-        entry = catalog.last_at_or_before(stream, position) if position != ZERO else None
-        if entry is not None:
-            resolved[stream] = entry
-    return resolved
+    asked = {stream: position for stream, position in positions.items() if position != ZERO}
+    found = catalog.last_at_or_before_each(asked) if asked else {}
+    return {stream: entry for stream, entry in found.items() if entry is not None}
 
 
 @dataclass(frozen=True)
@@ -78,6 +75,17 @@ class BatchEnd:
     positions: dict[str, EntryId]
     infos: Mapping[str, StreamInfo | None]
     walks: Mapping[str, Walk]
+
+    @property
+    def newest(self) -> dict[str, EntryId]:
+        """Each stream's newest entry when the end was chosen, for ``reportLatestOffset``.
+
+        What ``latest_offsets(catalog, options, {}, max_entries=None)`` would answer at that
+        moment (streams with no entry yet left out), without asking Redis again; under a
+        Trigger.AvailableNow target, only the target's streams.
+        """
+        newest = {stream: last_position(info) for stream, info in self.infos.items()}
+        return {stream: position for stream, position in newest.items() if position != ZERO}
 
 
 def latest_offsets(
@@ -141,21 +149,41 @@ def _admit(
     budget = max_entries
     while pending and budget > 0:
         share = max(1, budget // len(pending))
-        still_pending = []
-        for stream in pending:
-            allowance = min(share, budget)
-            if allowance <= 0:
-                still_pending.append(stream)
-                continue
-            walk = walks.setdefault(stream, Walk(options.max_entries_per_partition))
-            position, walked = catalog.advance(stream, end[stream], latest[stream], allowance, walk)
-            budget -= walked
-            if walked < allowance:
-                end[stream] = latest[stream]
-            else:
-                end[stream] = position
-                if position < latest[stream]:
-                    still_pending.append(stream)
+        queue, still_pending = pending, []
+        while queue:
+            # In stream order, each takes its share of what is left. The walks that surely
+            # get a full share go to Redis together; one whose share depends on what those
+            # walk (the budget runs short) waits for their answer.
+            allowances: list[int] = []
+            left = budget
+            for _ in queue:
+                allowance = min(share, left)
+                if allowance <= 0 or (allowance < share and allowances):
+                    break
+                allowances.append(allowance)
+                left -= allowance
+            if not allowances:
+                still_pending += queue
+                break
+            walking, queue = queue[: len(allowances)], queue[len(allowances) :]
+            steps = [
+                Advance(
+                    stream,
+                    end[stream],
+                    latest[stream],
+                    allowance,
+                    walks.setdefault(stream, Walk(options.max_entries_per_partition)),
+                )
+                for stream, allowance in zip(walking, allowances, strict=True)
+            ]
+            for step, (position, walked) in zip(steps, catalog.advance_many(steps), strict=True):
+                budget -= walked
+                if walked < (step.budget or 0):
+                    end[step.stream] = latest[step.stream]
+                else:
+                    end[step.stream] = position
+                    if position < latest[step.stream]:
+                        still_pending.append(step.stream)
         pending = still_pending
     return _without_unread_new_streams(start, end)
 

@@ -6,7 +6,7 @@ Replies are read raw where redis-py's per-entry parsing would only be thrown awa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,20 +102,14 @@ class StreamCatalog:
             found = {
                 key.decode() if isinstance(key, bytes) else key
                 for key in self._redis.scan_iter(
-                    match=subscription.scan_pattern(), count=1000, _type="stream"
+                    match=subscription.scan_pattern(), count=_SCAN_COUNT, _type="stream"
                 )
             }
         return sorted(key for key in found if subscription.matches(key))
 
     def info(self, streams: Sequence[str]) -> dict[str, StreamInfo | None]:
         """XINFO STREAM for each stream in one round trip; None for a stream that is absent."""
-        if not streams:
-            return {}
-        with translate_errors(self.endpoint):
-            pipe = self._redis.pipeline(transaction=False)
-            for stream in streams:
-                _command(pipe, "XINFO", "STREAM", stream)
-            replies = pipe.execute(raise_on_error=False)
+        replies = self._pipelined([("XINFO", "STREAM", stream) for stream in streams])
         result: dict[str, StreamInfo | None] = {}
         for stream, reply in zip(streams, replies, strict=True):
             if isinstance(reply, Exception):
@@ -135,11 +129,21 @@ class StreamCatalog:
 
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
         """The ID of the first entry in ``(after, upto]``, or None if the range is empty."""
-        with translate_errors(self.endpoint):
-            reply = _command(
-                self._redis, "XRANGE", stream, after.exclusive(), str(upto), "COUNT", 1
-            )
-        return EntryId.parse(reply[0][0]) if reply else None
+        return self.first_in_ranges({stream: (after, upto)})[stream]
+
+    def first_in_ranges(
+        self, ranges: Mapping[str, tuple[EntryId, EntryId]]
+    ) -> dict[str, EntryId | None]:
+        """``first_in_range`` for each stream's ``(after, upto]``, in one round trip."""
+        commands = [
+            ("XRANGE", stream, after.exclusive(), str(upto), "COUNT", 1)
+            for stream, (after, upto) in ranges.items()
+        ]
+        replies = self._pipelined(commands, raise_errors=True)
+        return {
+            stream: EntryId.parse(reply[0][0]) if reply else None
+            for stream, reply in zip(ranges, replies, strict=True)
+        }
 
     def advance(
         self, stream: str, after: EntryId, upto: EntryId, budget: int | None, walk: Walk
@@ -151,97 +155,220 @@ class StreamCatalog:
         and to count a range whose entries may have been deleted. Reads replies raw: only the
         IDs are kept.
         """
-        position, walked = after, 0
+        return self.advance_many([Advance(stream, after, upto, budget, walk)])[0]
+
+    def advance_many(self, walks: Sequence[Advance]) -> list[tuple[EntryId, int]]:
+        """``advance`` for several streams at once: one pipelined XRANGE page each per round.
+
+        Many streams with a few entries each cost one round trip, not one per stream. A round
+        asks for about ``_ROUND_ENTRIES`` entries in all (at least ``_MIN_PAGE`` per stream,
+        at most ``_WALK_PAGE``), so the replies held at once stay bounded. Returns, in order,
+        each walk's last ID walked and how many.
+        """
+        position = [w.after for w in walks]
+        walked = [0] * len(walks)
+        active = [i for i, w in enumerate(walks) if w.budget is None or w.budget > 0]
         with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
-            while budget is None or walked < budget:
-                count = _WALK_PAGE if budget is None else min(budget - walked, _WALK_PAGE)
-                connection.send_command(
-                    "XRANGE", stream, position.exclusive(), str(upto), "COUNT", count
+            while active:
+                page = min(_WALK_PAGE, max(_MIN_PAGE, _ROUND_ENTRIES // len(active)))
+                counts = []
+                for i in active:
+                    budget = walks[i].budget
+                    counts.append(page if budget is None else min(budget - walked[i], page))
+                replies = _send_all(
+                    connection,
+                    [
+                        (
+                            "XRANGE",
+                            walks[i].stream,
+                            position[i].exclusive(),
+                            str(walks[i].upto),
+                            "COUNT",
+                            count,
+                        )
+                        for i, count in zip(active, counts, strict=True)
+                    ],
+                    raise_errors=True,
                 )
-                page = connection.read_response()
-                if not page:
-                    break
-                ids = [entry[0] for entry in page]
-                walk.feed(ids)
-                position = EntryId.parse(ids[-1])
-                walked += len(ids)
-                if len(ids) < count:
-                    break
-        return position, walked
+                still_active = []
+                for i, count, reply in zip(active, counts, replies, strict=True):
+                    ids = [entry[0] for entry in reply or ()]
+                    if ids:
+                        walks[i].walk.feed(ids)
+                        position[i] = EntryId.parse(ids[-1])
+                        walked[i] += len(ids)
+                    budget = walks[i].budget
+                    if len(ids) == count and (budget is None or walked[i] < budget):
+                        still_active.append(i)
+                active = still_active
+        return list(zip(position, walked, strict=True))
 
     def last_at_or_before(self, stream: str, position: EntryId) -> EntryId | None:
         """The newest entry at or before ``position`` (a real entry, for loss checks)."""
-        with translate_errors(self.endpoint):
-            reply = _command(self._redis, "XREVRANGE", stream, str(position), "-", "COUNT", 1)
-        return EntryId.parse(reply[0][0]) if reply else None
+        return self.last_at_or_before_each({stream: position})[stream]
+
+    def last_at_or_before_each(self, positions: Mapping[str, EntryId]) -> dict[str, EntryId | None]:
+        """``last_at_or_before`` for each stream, in one round trip."""
+        replies = self._pipelined(
+            [("XREVRANGE", stream, str(at), "-", "COUNT", 1) for stream, at in positions.items()],
+            raise_errors=True,
+        )
+        return {
+            stream: EntryId.parse(reply[0][0]) if reply else None
+            for stream, reply in zip(positions, replies, strict=True)
+        }
 
     # --- consumer groups -----------------------------------------------------------------------
 
     def group_positions(self, streams: Iterable[str], group: str) -> dict[str, EntryId]:
-        """The group's last-delivered ID on each stream where the group exists."""
+        """The group's last-delivered ID on each stream where the group exists (one round trip)."""
+        streams = list(streams)
+        replies = self._pipelined([("XINFO", "GROUPS", stream) for stream in streams])
         positions: dict[str, EntryId] = {}
-        with translate_errors(self.endpoint):
-            for stream in streams:
-                try:
-                    groups = self._redis.xinfo_groups(stream)
-                except Exception as exc:
-                    if "no such key" in str(exc).lower():
-                        continue
-                    raise
-                for info in groups:
-                    name = info.get("name")
-                    if reply_text(name) == group:
-                        positions[stream] = EntryId.parse(info["last-delivered-id"])
+        for stream, reply in zip(streams, replies, strict=True):
+            if isinstance(reply, Exception):
+                if "no such key" in str(reply).lower():
+                    continue
+                with translate_errors(self.endpoint):
+                    raise reply
+            for info in reply:
+                fields = _as_fields(info)
+                if reply_text(fields.get("name")) == group:
+                    positions[stream] = EntryId.parse(fields["last-delivered-id"])
         return positions
 
     def ensure_group(self, stream: str, group: str, position: EntryId) -> bool:
         """Create the group at ``position`` (creating the stream too) if missing; True if new."""
-        import redis
+        return stream in self.ensure_groups({stream: position}, group)
 
-        with translate_errors(self.endpoint):
-            try:
-                self._redis.xgroup_create(stream, group, id=str(position), mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" in str(exc):
-                    return False
-                raise
-        return True
+    def ensure_groups(self, positions: Mapping[str, EntryId], group: str) -> set[str]:
+        """``ensure_group`` on each stream in one round trip; the streams where it was created.
 
-    def move_group(self, positions: dict[str, EntryId], group: str) -> None:
-        """XGROUP SETID on each stream (creating the group where it is missing).
-
-        A stream deleted since the query read it is left alone: there is nothing to mirror, and
-        creating the group would bring the key back as an empty stream.
+        A key that is not a stream raises redis-py's WRONGTYPE error, as XGROUP CREATE does.
         """
-        import redis
+        streams = list(positions)
+        replies = self._pipelined(
+            [
+                ("XGROUP", "CREATE", stream, group, str(positions[stream]), "MKSTREAM")
+                for stream in streams
+            ]
+        )
+        created = set()
+        for stream, reply in zip(streams, replies, strict=True):
+            if isinstance(reply, Exception):
+                if "BUSYGROUP" in str(reply):
+                    continue
+                with translate_errors(self.endpoint):
+                    raise reply
+            created.add(stream)
+        return created
 
-        with translate_errors(self.endpoint):
-            for stream, position in positions.items():
-                try:
-                    self._redis.xgroup_setid(stream, group, id=str(position))
-                except redis.ResponseError as exc:
-                    message = str(exc).lower()
-                    if "requires the key to exist" in message or "no such key" in message:
-                        continue
-                    if "nogroup" not in message:
-                        raise
-                    self.ensure_group(stream, group, position)
+    def move_group(
+        self,
+        positions: Mapping[str, EntryId],
+        group: str,
+        *,
+        previous: Mapping[str, EntryId] | None = None,
+    ) -> None:
+        """XGROUP SETID on each stream (creating the group where it is missing), pipelined.
+
+        ``previous`` (the positions last mirrored by this process) skips streams whose position
+        has not changed since, so an idle stream costs nothing. A stream deleted since the
+        query read it is left alone: there is nothing to mirror, and creating the group would
+        bring the key back as an empty stream.
+        """
+        moving = {
+            stream: position
+            for stream, position in positions.items()
+            if previous is None or previous.get(stream) != position
+        }
+        streams = list(moving)
+        replies = self._pipelined(
+            [("XGROUP", "SETID", stream, group, str(moving[stream])) for stream in streams]
+        )
+        missing: dict[str, EntryId] = {}
+        for stream, reply in zip(streams, replies, strict=True):
+            if not isinstance(reply, Exception):
+                continue
+            message = str(reply).lower()
+            if "requires the key to exist" in message or "no such key" in message:
+                continue
+            if "nogroup" not in message:
+                with translate_errors(self.endpoint):
+                    raise reply
+            missing[stream] = moving[stream]
+        if missing:
+            self.ensure_groups(missing, group)
+
+    def _pipelined(
+        self, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool = False
+    ) -> list[Any]:
+        """Send ``commands`` in one round trip; the raw replies, in order.
+
+        An error reply is returned as its exception (raised with ``raise_errors``), so one
+        stream's error does not hide the others' answers.
+        """
+        if not commands:
+            return []
+        with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
+            return _send_all(connection, commands, raise_errors=raise_errors)
+
+
+@dataclass
+class Advance:
+    """One stream's walk for ``StreamCatalog.advance_many``: at most ``budget`` entries (all
+    if None) of ``(after, upto]``, counted into ``walk``."""
+
+    stream: str
+    after: EntryId
+    upto: EntryId
+    budget: int | None
+    walk: Walk
+
+
+def _send_all(
+    connection: Any, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool
+) -> list[Any]:
+    """Write every command, then read every reply (raw): one round trip on ``connection``.
+
+    Every reply is read even after an error reply, so the connection stays in step.
+    """
+    import redis
+
+    connection.send_packed_command(connection.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(connection.read_response())
+        except redis.ResponseError as exc:
+            replies.append(exc)
+    if raise_errors:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+    return replies
+
+
+def _as_fields(reply: Any) -> dict[str, Any]:
+    """A raw reply's flat key/value list (RESP2) or map (RESP3) as a dict with text keys."""
+    if isinstance(reply, dict):
+        return {reply_text(key): value for key, value in reply.items()}
+    return {reply_text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}
 
 
 _WALK_PAGE = 10_000
-
-
-def _command(client: Any, *args: Any) -> Any:
-    """A raw command; redis-py leaves ``execute_command`` untyped."""
-    return client.execute_command(*args)
+"""The most entries one XRANGE of a walk asks for."""
+_MIN_PAGE = 16
+"""The fewest entries a walk asks for per stream and round, however many streams walk."""
+_ROUND_ENTRIES = 20_000
+"""About how many entries one round of ``advance_many`` asks for in all."""
+_SCAN_COUNT = 10_000
+"""SCAN's COUNT hint: a keyspace of up to about this many keys is listed in one round trip."""
 
 
 def _stream_info(reply: Any) -> StreamInfo:
     """Parse a raw XINFO STREAM reply (a flat key/value list under RESP2)."""
-    if isinstance(reply, dict):
-        fields = {reply_text(key): value for key, value in reply.items()}
-    else:
-        fields = {reply_text(reply[i]): reply[i + 1] for i in range(0, len(reply), 2)}
+    fields = _as_fields(reply)
     first = fields.get("first-entry")
     last = fields.get("last-entry")
     max_deleted = fields.get("max-deleted-entry-id")
