@@ -38,9 +38,25 @@ RAW_SCHEMA = pa.schema(
     ]
 )
 
+# A group's pending entries list (``pendingOf``): the pending facts of each entry, then the
+# read schema's columns after ``id`` (``pending_schema``).
+PENDING_COLUMNS = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("stream", pa.string()),
+        pa.field("id", pa.string()),
+        pa.field("consumer", pa.string()),
+        pa.field("idle_ms", pa.int64()),
+        pa.field("delivery_count", pa.int64()),
+        pa.field("entry_deleted", pa.bool_()),
+    ]
+)
+
 _DDL_TYPES = {
     pa.string(): "string",
     pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.bool_(): "boolean",
     TIMESTAMP: "timestamp",
     STRING_MAP: "map<string,string>",
 }
@@ -53,3 +69,13 @@ def spark_ddl(schema: pa.Schema) -> str:
 
 def schema_for(read_format: str) -> pa.Schema:
     return RAW_SCHEMA if read_format == "raw" else ENVELOPE_SCHEMA
+
+
+def pending_schema(read_format: str) -> pa.Schema:
+    """The schema of a ``pendingOf`` read: ``PENDING_COLUMNS``, then the entry as read.
+
+    The entry's columns are exactly the read schema's for ``read_format`` after ``topic``,
+    ``stream`` and ``id`` (``timestamp`` onwards), so a pending row decodes like a read row.
+    """
+    read = schema_for(read_format)
+    return pa.schema([*PENDING_COLUMNS, *(f for f in read if f.name not in PENDING_COLUMNS.names)])

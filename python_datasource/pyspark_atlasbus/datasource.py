@@ -24,7 +24,10 @@ deadLetterTable            Delta table path: malformed entries go there (stage
                            source-decode), not into the output; needs format=envelope
 format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
-pageSize                   XRANGE COUNT per round trip (1000)
+pageSize                   XRANGE COUNT per round trip (1000); also XPENDING's count
+pendingOf                  batch only: list this consumer group's pending entries (who holds
+                           each, idle ms, delivery count, the entry decoded) instead of
+                           reading the streams; not with positions, group, deadLetterTable
 =========================  ===============================================================
 
 Sink options (``df.write`` / ``df.writeStream``; docs/sink.md). Input columns: ``payload``
@@ -58,7 +61,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from atlasbus.errors import ConfigurationError
-from atlasbus.schema import schema_for, spark_ddl
+from atlasbus.pending import require_pending_compatible
+from atlasbus.schema import pending_schema, schema_for, spark_ddl
 from atlasbus.sink_columns import ACCEPTED_TYPES
 from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
 from atlasbus.source_options import (
@@ -82,8 +86,15 @@ class AtlasbusDataSource(DataSource):
 
     @user_facing
     def schema(self) -> str:
-        """The read schema; parsing the options here makes a bad option fail at ``load()``."""
-        return spark_ddl(schema_for(self._source_options().format))
+        """The read schema; parsing the options here makes a bad option fail at ``load()``.
+
+        With ``pendingOf``, the schema of a group's pending entries (``pending_schema``).
+        """
+        options = self._source_options()
+        if options.pending_of is not None:
+            require_pending_compatible(options)
+            return spark_ddl(pending_schema(options.format))
+        return spark_ddl(schema_for(options.format))
 
     @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -91,6 +102,11 @@ class AtlasbusDataSource(DataSource):
 
         options = self._source_options()
         require_batch_compatible(options)
+        if options.pending_of is not None:
+            from pyspark_atlasbus.pending_reader import AtlasbusPendingReader
+
+            require_pending_compatible(options)
+            return AtlasbusPendingReader(options)
         return AtlasbusBatchReader(options)
 
     @user_facing
