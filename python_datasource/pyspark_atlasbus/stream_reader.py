@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import (
 
 from atlasbus.data_loss import on_data_loss
 from atlasbus.entry_id import EntryId
+from atlasbus.lag import latest_with_counts
 from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
@@ -117,9 +118,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_facing
     def reportLatestOffset(self) -> dict[str, object]:
-        return StreamOffsets(
-            latest_offsets(self._catalog, self.options, {}, max_entries=None)
-        ).to_dict()
+        """Each stream's newest ID (and Redis 7's entry count), shown in progress; driver.
+
+        With the batch's end offset beside it in the same report, it tells how many entries
+        the query is behind (``atlasbus.lag``, ``pyspark_atlasbus.lag.LagListener``).
+        """
+        return latest_with_counts(self._catalog, self.options).to_dict()
 
     @user_facing
     def partitions(
