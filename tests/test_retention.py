@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +21,9 @@ import redis
 from atlasbus.connection import RedisEndpoint
 from atlasbus.data_loss import lost_before_planning
 from atlasbus.entry_id import EntryId
-from atlasbus.errors import ConfigurationError
+from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.retention import QUERY, Holder, TrimResult, trim_consumed
+from atlasbus.sandbox.redis_server import find_redis_server, free_port
 from atlasbus.streams import StreamCatalog
 
 
@@ -331,6 +335,82 @@ def test_the_script_is_loaded_again_after_a_script_flush(
     r.script_flush()
     [result] = trim_consumed(endpoint, {stream: EntryId(2)})
     assert (result.removed, left(r, stream)) == (1, ids(2, 3))
+
+
+LEAST_ACL = ("+type", "+xinfo", "+xpending", "+xlen", "+xtrim", "+xrange", "+eval", "+evalsha")
+"""What trim_consumed runs (inside its script, each command checked by the ACL on its own)."""
+
+
+def acl(client: Any, *args: str) -> Any:
+    """ACL ...; redis-py leaves ``execute_command`` untyped."""
+    return client.execute_command("ACL", *args)
+
+
+def test_the_least_acl_trims_and_a_missing_command_is_named(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    stream = f"{prefix}:orders"
+    write(r, stream, range(1, 6))
+    r.xgroup_create(stream, "g", id="3-0")
+    user = f"trimmer-{uuid.uuid4().hex[:8]}"
+    rules = ["on", ">Sekr3tPw", f"~{prefix}:*", "+ping", "+hello", "+auth", "+client"]
+    acl(r, "SETUSER", user, "reset", *rules, *LEAST_ACL, "-xtrim")
+    try:
+        endpoint = RedisEndpoint.from_options(
+            redis_url.replace("redis://", f"redis://{user}:Sekr3tPw@"), None, None
+        )
+        [dry] = trim_consumed(endpoint, {stream: None}, dry_run=True)  # no XTRIM needed
+        assert (dry.point, dry.removed) == (EntryId(3), 2)
+        with pytest.raises(RedisPermissionError) as caught:
+            trim_consumed(endpoint, {stream: None})
+        assert str(caught.value) == (
+            f"Redis at {endpoint.description} refused user '{user}' the command 'xtrim': add "
+            f"it to the user's ACL (ACL SETUSER {user} +xtrim), see docs/operations.md"
+        )
+        assert left(r, stream) == ids(1, 2, 3, 4, 5)
+        acl(r, "SETUSER", user, "+xtrim")
+        [done] = trim_consumed(endpoint, {stream: None})
+        assert (done.removed, left(r, stream)) == (2, ids(3, 4, 5))
+    finally:
+        acl(r, "DELUSER", user)
+
+
+def test_a_replica_gets_the_same_trim(r: redis.Redis, endpoint: RedisEndpoint, prefix: str) -> None:
+    """Scripts replicate their effects (Redis 6.2's default, 7's only way): the replica and
+    the AOF get the XTRIM the script ran, with the point it chose."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        master_port = r.connection_pool.connection_kwargs["port"]
+        replica_process = subprocess.Popen(
+            [
+                *(find_redis_server(), "--port", str(port), "--save", "", "--dir", folder),
+                *("--replicaof", "127.0.0.1", str(master_port)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        replica = redis.Redis(port=port)
+        delay: Any = r.config_get("repl-diskless-sync-delay")["repl-diskless-sync-delay"]
+        r.config_set("repl-diskless-sync-delay", 0)  # 5 s by default, waiting for more replicas
+        try:
+            for _ in range(500):  # the replica's first sync: seconds at most
+                try:
+                    if replica.info("replication").get("master_link_status") == "up":
+                        break
+                except redis.ConnectionError:
+                    pass
+                time.sleep(0.02)
+            stream = f"{prefix}:orders"
+            write(r, stream, range(1, 9))
+            r.xgroup_create(stream, "g", id="5-0")
+            trim_consumed(endpoint, {stream: EntryId(6)})
+            assert r.wait(1, 10_000) == 1
+            assert left(replica, stream) == left(r, stream) == ids(5, 6, 7, 8)
+        finally:
+            r.config_set("repl-diskless-sync-delay", delay)
+            replica.close()
+            replica_process.terminate()
+            replica_process.wait(timeout=30)
 
 
 # --- the command line ----------------------------------------------------------------------------

@@ -106,14 +106,22 @@ class TrimResult:
 # dry run; ARGV[3] the dry run's counting bound.
 # Reply: {0} no such key; {-1, type} not a stream; else
 # {1, point or '', removed, exact (0/1), remaining, name1, reason1, name2, reason2, ...}.
-# Commands run with pcall and an error is returned as it came, so the caller sees Redis's own
-# NOPERM/OOM text (not a script stack trace), on 6.2 as on 7.
+# Commands run with pcall and an error is returned as the script's reply, so the caller sees
+# Redis's own text (not a script stack trace), on 6.2 as on 7; a command the ACL refuses is named
+# (the refusal inside a script does not say which) in the NOPERM form connection.py translates.
 TRIM_SCRIPT: Final = """
 local key = KEYS[1]
 local query, dry, bound = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 
-local function failed(reply)
-  return type(reply) == 'table' and reply.err ~= nil
+local function call(...)
+  local reply = redis.pcall(...)
+  if type(reply) ~= 'table' or reply.err == nil then return reply, nil end
+  if string.find(reply.err, "can't run this command", 1, true) then
+    local name = string.lower((...))
+    return nil, redis.error_reply(
+      "NOPERM this user has no permissions to run the '" .. name .. "' command")
+  end
+  return nil, reply
 end
 
 -- IDs compare as (ms, seq) integers up to 2^64-1: as digit strings (Lua numbers are doubles)
@@ -130,30 +138,30 @@ local function id_cmp(a, b)
   return num_cmp(a_seq, b_seq)
 end
 
-local kind = redis.pcall('TYPE', key)
-if failed(kind) then return kind end
+local kind, failure = call('TYPE', key)
+if failure then return failure end
 kind = kind.ok or kind
 if kind == 'none' then return {0} end
 if kind ~= 'stream' then return {-1, kind} end
 
 local holds = {}
-local groups = redis.pcall('XINFO', 'GROUPS', key)
-if failed(groups) then return groups end
+local groups, failure = call('XINFO', 'GROUPS', key)
+if failure then return failure end
 for _, group in ipairs(groups) do
   local fields = {}
   for i = 1, #group, 2 do fields[group[i]] = group[i + 1] end
   local name = fields['name']
   table.insert(holds, {fields['last-delivered-id'], name, 'last-delivered'})
   if tonumber(fields['pending']) > 0 then
-    local summary = redis.pcall('XPENDING', key, name)
-    if failed(summary) then return summary end
+    local summary, failure = call('XPENDING', key, name)
+    if failure then return failure end
     if summary[2] then table.insert(holds, {summary[2], name, 'pending'}) end
   end
 end
 if query ~= '' then table.insert(holds, {query, 'query', 'committed'}) end
 
-local length = redis.pcall('XLEN', key)
-if failed(length) then return length end
+local length, failure = call('XLEN', key)
+if failure then return failure end
 if #holds == 0 then return {1, '', 0, 1, length} end
 
 local point = holds[1][1]
@@ -169,21 +177,21 @@ for _, hold in ipairs(holds) do
 end
 
 if not dry then
-  local removed = redis.pcall('XTRIM', key, 'MINID', '=', point)
-  if failed(removed) then return removed end
+  local removed, failure = call('XTRIM', key, 'MINID', '=', point)
+  if failure then return failure end
   reply[3], reply[5] = removed, length - removed
   return reply
 end
 
 if point == '0-0' or length == 0 then return reply end
-local below = redis.pcall('XRANGE', key, '-', '(' .. point, 'COUNT', bound)
-if failed(below) then return below end
+local below, failure = call('XRANGE', key, '-', '(' .. point, 'COUNT', bound)
+if failure then return failure end
 if #below < bound then
   reply[3], reply[5] = #below, length - #below
   return reply
 end
-local kept = redis.pcall('XRANGE', key, point, '+', 'COUNT', bound)
-if failed(kept) then return kept end
+local kept, failure = call('XRANGE', key, point, '+', 'COUNT', bound)
+if failure then return failure end
 if #kept < bound then
   reply[3], reply[5] = length - #kept, #kept
   return reply
