@@ -20,11 +20,12 @@ Where each figure comes from:
   entries ever added, including those since deleted or trimmed.
 - group ``consumers``, ``pending``, ``last_delivered``: ``XINFO GROUPS``.
 - group ``lag`` (entries not yet delivered to the group): Redis 7's ``lag`` field when it is not
-  nil (``lag_source == "redis"``). Otherwise (Redis 6.x, or 7 after an XDEL inside the
-  undelivered range) computed only where the answer is certain without reading entries
-  (``lag_source == "computed"``): 0 when the stream is empty or the group has been delivered
-  the newest entry; the stream's length when the group's last-delivered ID is before the first
-  entry. Anything else is unknown (None): counting would mean an XRANGE over the entries.
+  nil (``lag_source == "redis"``). Otherwise (Redis 6.x, or Redis 7 when entries deleted with
+  XDEL leave a gap it cannot count across, which it reports as nil) computed only where the
+  answer is certain without reading entries (``lag_source == "computed"``): 0 when the stream
+  is empty or the group has been delivered the newest entry; the stream's length when the
+  group's last-delivered ID is before the first entry. Anything else is unknown (None):
+  counting would mean an XRANGE over the entries.
 - group ``oldest_pending_*``: ``XPENDING key group - + 1``: the pending entry with the lowest ID,
   how long since it was last delivered (``idle_ms``) and how many times it was. An entry claimed
   again (``XCLAIM``/``XAUTOCLAIM``) restarts its idle time, so this is the idle time of the

@@ -124,8 +124,8 @@ def render_table(status: BusStatus) -> str:
         )
         if any(g.lag is None for _, g in groups):
             parts.append(
-                "lag -: unknown without reading the entries (Redis 6, or an entry deleted "
-                "after the group's last-delivered ID)\n"
+                "lag -: unknown without reading the entries (Redis 6; on Redis 7, entries "
+                "deleted with XDEL that Redis cannot count across)\n"
             )
     elif status.streams:
         parts.append("\nno consumer groups\n")
