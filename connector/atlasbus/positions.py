@@ -76,17 +76,6 @@ class BatchEnd:
     infos: Mapping[str, StreamInfo | None]
     walks: Mapping[str, Walk]
 
-    @property
-    def newest(self) -> dict[str, EntryId]:
-        """Each stream's newest entry when the end was chosen, for ``reportLatestOffset``.
-
-        What ``latest_offsets(catalog, options, {}, max_entries=None)`` would answer at that
-        moment (streams with no entry yet left out), without asking Redis again; under a
-        Trigger.AvailableNow target, only the target's streams.
-        """
-        newest = {stream: last_position(info) for stream, info in self.infos.items()}
-        return {stream: position for stream, position in newest.items() if position != ZERO}
-
 
 def latest_offsets(
     catalog: StreamCatalog,
@@ -114,9 +103,10 @@ def batch_end(
     streams with pending entries. ``target`` (Trigger.AvailableNow) caps every stream at the
     position recorded when the trigger began; streams found later are left for a later query.
     """
-    streams = sorted(set(catalog.discover(options.subscription)) | set(start))
-    if target is not None:
-        streams = [s for s in streams if s in target]
+    if target is None:
+        streams = sorted(set(catalog.discover(options.subscription)) | set(start))
+    else:  # the target's streams were discovered when the run began: no SCAN again
+        streams = sorted(target)
     infos = catalog.info(streams)
     latest: dict[str, EntryId] = {}
     for stream in streams:

@@ -367,17 +367,25 @@ _SCAN_COUNT = 10_000
 
 
 def _stream_info(reply: Any) -> StreamInfo:
-    """Parse a raw XINFO STREAM reply (a flat key/value list under RESP2)."""
-    fields = _as_fields(reply)
-    first = fields.get("first-entry")
-    last = fields.get("last-entry")
-    max_deleted = fields.get("max-deleted-entry-id")
-    added = fields.get("entries-added")
+    """Parse a raw XINFO STREAM reply (a flat key/value list under RESP2, a map under RESP3).
+
+    Runs for every stream at every trigger: only the six fields planning uses are looked at.
+    """
+    raw = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+
+    def field(name: bytes) -> Any:
+        value = raw.get(name)
+        return raw.get(name.decode()) if value is None else value
+
+    first = field(b"first-entry")
+    last = field(b"last-entry")
+    max_deleted = field(b"max-deleted-entry-id")
+    added = field(b"entries-added")
     return StreamInfo(
-        length=int(fields.get("length", 0)),
+        length=int(field(b"length") or 0),
         first=EntryId.parse(first[0]) if first else None,
         last=EntryId.parse(last[0]) if last else None,
-        last_generated=EntryId.parse(fields.get("last-generated-id") or b"0-0"),
+        last_generated=EntryId.parse(field(b"last-generated-id") or b"0-0"),
         max_deleted=EntryId.parse(max_deleted) if max_deleted is not None else None,
         entries_added=int(added) if added is not None else None,
     )
