@@ -1,9 +1,12 @@
-"""``atlasbus dlq show | summary | replay``: the dead-letter table from a terminal.
+"""``atlasbus dlq show | summary | replay | sweep``: the dead-letter table from a terminal.
 
 Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM, which is why
 it lives in the core (``pyspark_atlasbus.cli`` only registers it). ``replay`` is
 ``atlasbus.dead_letters.replay_dead_letters``: it claims the dead letters in the table before
 publishing them, so two runs at once publish each one once (docs/dead-letters.md, Replay).
+``sweep`` is ``atlasbus.reaper.sweep_retry_exhausted``: a consumer group's entries pending past
+a delivery count and an idle time become ``retry-exhausted`` dead letters, then are
+acknowledged.
 
 What the command line prints names its flags (``--url``, ``--table``, ``--again``), not the
 Python arguments or Spark options the core's messages name: see ``cli_wording``.
@@ -26,7 +29,11 @@ from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError, ConfigurationError
-from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX, DEFAULT_SWEEP_MIN_IDLE_MS
+from atlasbus.option_reader import OptionReader
+from atlasbus.reaper import SweepResult, sweep_retry_exhausted
+from atlasbus.source_options import Subscription, SweepPolicy
+from atlasbus.streams import StreamCatalog
 
 SHOW_COLUMNS = (
     "dead_letter_id",
@@ -60,6 +67,13 @@ CLI_WORDING: Final = (
         "point deadLetterTable at a new path or an atlasbus dead-letter table",
         "point --table at an atlasbus dead-letter table",
     ),
+    ("option 'sweepGroup'", "--group"),
+    (
+        "the streams swept (options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a "
+        "topic names the stream '{streamPrefix}:{topic}')",
+        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')",
+    ),
+    ("and the streams", "and --topics / --stream-prefix"),
 )
 """The core's words for what the command line calls by a flag, and the command line's words."""
 
@@ -174,6 +188,65 @@ def register(subparsers: Any) -> None:
     )
     replay.set_defaults(run=run_replay)
 
+    sweep = commands.add_parser(
+        "sweep",
+        formatter_class=HelpFormatter,
+        help="dead-letter a consumer group's retry-exhausted entries, then acknowledge them",
+        description="Find the entries of consumer group --group pending for at least "
+        "--min-idle and delivered at least --max-deliveries times; write each to the "
+        "dead-letter table (stage retry-exhausted, the raw entry in fields), then acknowledge "
+        "it (XACK), and delete it from its stream (XDEL) with --delete. Entries pending but "
+        "not exhausted are not touched. A run killed at any point and run again records each "
+        "entry once and loses none. Needs Redis 6.2 or later.",
+    )
+    sweep.add_argument(
+        "--table",
+        type=_non_empty,
+        required=True,
+        help="the dead-letter table: a path or a delta-rs URI (created if missing)",
+    )
+    sweep.add_argument("--group", type=_non_empty, required=True, help="the consumer group")
+    sweep.add_argument(
+        "--max-deliveries",
+        type=_positive,
+        required=True,
+        help="deliveries after which a pending entry is given up on (the handlers' retry "
+        "limit, e.g. 3)",
+    )
+    sweep.add_argument(
+        "--min-idle",
+        type=_duration,
+        default=DEFAULT_SWEEP_MIN_IDLE_MS,
+        help="how long an entry must have been pending since its last delivery: 500ms, 2s, "
+        "15m, 1h, 1d; a bare number is milliseconds (default 60s)",
+    )
+    sweep.add_argument(
+        "--delete", action="store_true", help="also delete swept entries from their stream"
+    )
+    sweep.add_argument(
+        "--topics",
+        type=_non_empty,
+        help="comma-separated topics to sweep (default: every stream {stream-prefix}:*)",
+    )
+    sweep.add_argument(
+        "--stream-prefix",
+        "--prefix",
+        type=_non_empty,
+        default=DEFAULT_STREAM_PREFIX,
+        help=f"streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+    )
+    sweep.add_argument(
+        "--url",
+        type=_non_empty,
+        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
+    )
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be swept; write, acknowledge and delete nothing",
+    )
+    sweep.set_defaults(run=run_sweep)
+
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -206,6 +279,14 @@ def _frequency(text: str) -> str:
             f"must be a fixed time span such as 1h, 15min or 1D, got {text!r}"
         )
     return text
+
+
+def _duration(text: str) -> int:
+    """A duration as the source's ``sweepMinIdle`` takes it (``OptionReader.duration_ms``)."""
+    try:
+        return OptionReader({"--min-idle": text}).duration_ms("--min-idle", 0)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("option '--min-idle' ")) from None
 
 
 def _positive(text: str) -> int:
@@ -332,6 +413,90 @@ def _guard(out: TextIO, action: Callable[[], int]) -> int:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         sys.stderr.write(f"atlasbus dlq: error reading the table (check --where): {first}\n")
         return 2
+
+
+def run_sweep(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    return _guard(out, lambda: _sweep(args, out))
+
+
+def _sweep(args: argparse.Namespace, out: TextIO) -> int:
+    endpoint = _endpoint(args.url)
+    prefix = args.stream_prefix
+    if args.topics is not None:
+        topics = [t.strip() for t in args.topics.split(",") if t.strip()]
+        if not topics:
+            raise ConfigurationError("--topics names no topic: give one or more, comma-separated")
+        subscription = Subscription("topics", tuple(dict.fromkeys(topics)), prefix)
+    else:
+        subscription = Subscription("pattern", ("*",), prefix)
+    streams = StreamCatalog(endpoint).discover(subscription)
+    if not streams:
+        raise ConfigurationError(
+            f"no stream matches {prefix}:* on Redis at {endpoint.description}: check "
+            "--stream-prefix and --url"
+        )
+    policy = SweepPolicy(args.group, args.max_deliveries, args.min_idle, args.delete)
+    result = sweep_retry_exhausted(
+        endpoint,
+        streams,
+        policy,
+        args.table,
+        topic_of=subscription.topic_of,
+        dry_run=args.dry_run,
+    )
+    write_sweep_report(result, out)
+    return 0
+
+
+def write_sweep_report(result: SweepResult, out: TextIO) -> None:
+    """One row per stream swept, then one line of totals."""
+    policy = result.policy
+    if result.dry_run:
+        headers = ["stream", "exhausted", "deleted from stream", "pending"]
+        picked: tuple[str, ...] = ("exhausted", "missing", "pending")
+    else:
+        headers = [
+            "stream",
+            "exhausted",
+            "dead-lettered",
+            "already recorded",
+            "acked",
+            "deleted",
+            "taken back",
+            "pending",
+        ]
+        picked = (
+            "exhausted",
+            "dead_lettered",
+            "already_recorded",
+            "acked",
+            "deleted",
+            "taken_back",
+            "pending",
+        )
+    rows = [[s.stream, *(str(getattr(s, name)) for name in picked)] for s in result.streams]
+    if rows:
+        out.write(format_table(headers, rows))
+    if result.without_group:
+        out.write(f"no group {policy.group!r} on: {', '.join(result.without_group)}\n")
+    total = result.total
+    rule = (
+        f"group {policy.group!r}, {policy.max_deliveries}+ deliveries, idle "
+        f"{policy.min_idle_ms} ms or more"
+    )
+    if result.dry_run:
+        out.write(
+            f"would sweep {total.exhausted} entr{'y' if total.exhausted == 1 else 'ies'} "
+            f"({rule}); nothing written, acknowledged or deleted\n"
+        )
+        return
+    out.write(
+        f"swept {total.exhausted} entr{'y' if total.exhausted == 1 else 'ies'} ({rule}): "
+        f"{total.dead_lettered} dead-lettered, {total.already_recorded} already recorded, "
+        f"{total.acked} acknowledged, {total.deleted} deleted, {total.taken_back} taken back by "
+        f"a consumer; {total.pending} still pending\n"
+    )
 
 
 # --- plain-text tables ---------------------------------------------------------------------------

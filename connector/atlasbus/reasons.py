@@ -34,3 +34,9 @@ INVALID_TOPIC: Final = "invalid-topic"  # a comma or whitespace at an end: the s
 NULL_PAYLOAD: Final = "null-payload"
 OUT_OF_RANGE: Final = "out-of-range"
 TOO_BIG: Final = "too-big"
+
+# Reaper (stage retry-exhausted): entries a consumer group gave up on (atlasbus.reaper).
+MAX_DELIVERIES: Final = "max-deliveries"  # delivered the allowed number of times, still pending
+ENTRY_DELETED: Final = "entry-deleted"  # as MAX_DELIVERIES, but deleted from the stream: no content
+
+REAPER_REASONS: Final = (MAX_DELIVERIES, ENTRY_DELETED)

@@ -28,10 +28,14 @@ from atlasbus.dead_letters.schema import (
     COLUMNS,
     DATA_LOSS,
     DEAD_LETTER_SCHEMA,
+    RETRY_EXHAUSTED,
     SINK_PUBLISH,
     Stage,
     check_stage,
 )
+from atlasbus.raw_fields import original_text
+from atlasbus.reasons import ENTRY_DELETED, MAX_DELIVERIES
+from atlasbus.values import int32_or_none
 
 _SEPARATOR = "\x1f"
 
@@ -200,6 +204,56 @@ class DeadLetter:
             query_name=context.query_name,
             batch_id=context.batch_id,
             dead_lettered_at=at or _now(),
+        )
+
+    @classmethod
+    def for_retry_exhausted(
+        cls,
+        *,
+        stream: str,
+        entry_id: str,
+        group: str,
+        consumer: str,
+        deliveries: int,
+        idle_ms: int,
+        fields: Mapping[str, str] | None,
+        topic: str | None = None,
+        context: QueryContext = _NO_QUERY,
+        at: datetime | None = None,
+    ) -> DeadLetter:
+        """A pending entry of ``group`` that was delivered ``deliveries`` times and given up on.
+
+        ``fields`` is the raw entry (``raw_fields.raw_text`` of each name and value), kept as a
+        source-decode letter keeps it, so replay can publish it again; ``payload``,
+        ``correlation_id`` and ``priority`` are copied from it when present. ``None`` means the
+        entry was deleted from the stream while still pending (reason ``entry-deleted``): only
+        its ID and pending facts are known. The table has no columns for the consumer and the
+        idle time, so ``error`` holds them; ``delivery_attempts`` is the delivery count.
+        """
+        error = (
+            f"pending in consumer group {group!r} after {deliveries} deliveries, last to "
+            f"consumer {consumer!r}, idle for {idle_ms} ms"
+        )
+        if fields is None:
+            error += (
+                "; the entry was deleted from the stream (XDEL or trim) while pending, so its "
+                "content is gone: only its ID is known"
+            )
+        raw = fields or {}
+        return cls.for_entry(
+            RETRY_EXHAUSTED,
+            MAX_DELIVERIES if fields is not None else ENTRY_DELETED,
+            error,
+            stream=stream,
+            entry_id=entry_id,
+            topic=topic,
+            correlation_id=original_text(raw.get("correlation_id")),
+            priority=int32_or_none(raw.get("priority")),  # the raw text stays in fields
+            delivery_attempts=int32_or_none(deliveries),
+            payload=original_text(raw.get("payload")),
+            fields=fields,
+            context=context,
+            at=at,
         )
 
     def as_row(self) -> dict[str, object]:
