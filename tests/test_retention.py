@@ -337,7 +337,16 @@ def test_the_script_is_loaded_again_after_a_script_flush(
     assert (result.removed, left(r, stream)) == (1, ids(2, 3))
 
 
-LEAST_ACL = ("+type", "+xinfo", "+xpending", "+xlen", "+xtrim", "+xrange", "+eval", "+evalsha")
+LEAST_ACL = (
+    "+type",
+    "+xinfo|groups",
+    "+xpending",
+    "+xlen",
+    "+xtrim",
+    "+xrange",
+    "+eval",
+    "+evalsha",
+)
 """What trim_consumed runs (inside its script, each command checked by the ACL on its own)."""
 
 
@@ -368,7 +377,10 @@ def test_the_least_acl_trims_and_a_missing_command_is_named(
             f"it to the user's ACL (ACL SETUSER {user} +xtrim), see docs/operations.md"
         )
         assert left(r, stream) == ids(1, 2, 3, 4, 5)
-        acl(r, "SETUSER", user, "+xtrim")
+        acl(r, "SETUSER", user, "+xtrim", "-xinfo")
+        with pytest.raises(RedisPermissionError, match=r"ACL SETUSER \S+ \+xinfo\|groups\)"):
+            trim_consumed(endpoint, {stream: None})
+        acl(r, "SETUSER", user, "+xinfo|groups")
         [done] = trim_consumed(endpoint, {stream: None})
         assert (done.removed, left(r, stream)) == (2, ids(3, 4, 5))
     finally:

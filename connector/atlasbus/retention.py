@@ -117,7 +117,9 @@ local function call(...)
   local reply = redis.pcall(...)
   if type(reply) ~= 'table' or reply.err == nil then return reply, nil end
   if string.find(reply.err, "can't run this command", 1, true) then
-    local name = string.lower((...))
+    local args = {...}
+    local name = string.lower(args[1])
+    if name == 'xinfo' then name = 'xinfo|' .. string.lower(args[2]) end
     return nil, redis.error_reply(
       "NOPERM this user has no permissions to run the '" .. name .. "' command")
   end
