@@ -183,11 +183,11 @@ def read_pending(options: SourceOptions, read: PendingRead) -> Iterator[pa.Recor
                 entries.append(found[0] if found else None)
             rows.extend(page)
             if len(rows) >= batch_rows:
-                yield pending_batch(read, rows, entries, decode, options.format)
+                yield _pending_batch(read, rows, entries, decode, options.format)
                 rows, entries = [], []
             page = _pending_page(connection) if more else []
         if rows:
-            yield pending_batch(read, rows, entries, decode, options.format)
+            yield _pending_batch(read, rows, entries, decode, options.format)
 
 
 def _pending_page(connection: Any) -> list[PendingRow]:
@@ -216,7 +216,7 @@ def _decoder(
     )
 
 
-def pending_batch(
+def _pending_batch(
     read: PendingRead,
     rows: Sequence[PendingRow],
     entries: Sequence[RawEntry | None],
