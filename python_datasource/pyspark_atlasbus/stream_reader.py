@@ -6,6 +6,7 @@ executors from a pickled copy, so it uses only what its partition carries.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -24,18 +25,21 @@ from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import BatchEnd, batch_end, latest_offsets, starting_offsets
+from atlasbus.retention import trim_consumed
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog, StreamInfo
 from pyspark_atlasbus.partition import RangePartition, read_partition
 from pyspark_atlasbus.user_errors import user_facing
 
+log = logging.getLogger("atlasbus.stream_reader")
+
 
 class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._available_now_target: StreamOffsets | None = None
-        self._group_position: StreamOffsets | None = None
+        self._committed_seen: StreamOffsets | None = None
         # Driver state across triggers: each stream's newest ID when last asked, to notice a
         # stream deleted (DEL) with entries the query had not read yet.
         self._newest_seen: dict[str, EntryId] = {}
@@ -69,7 +73,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         committed = StreamOffsets.from_dict(start, what="start offset")
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
-        self._mirror_group(committed.positions())
+        self._after_commit(committed.positions())
         catalog = self._catalog
         end = batch_end(
             catalog,
@@ -142,11 +146,26 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_facing
     def commit(self, end: dict[str, object]) -> None:
-        """Move the consumer group (``group`` option) to the committed offsets; driver."""
-        self._mirror_group(StreamOffsets.from_dict(end, what="committed offset").positions())
+        """Act on a committed batch: mirror ``group``, then ``trimConsumed``; driver."""
+        self._after_commit(StreamOffsets.from_dict(end, what="committed offset").positions())
+
+    def _after_commit(self, committed: StreamOffsets) -> None:
+        """Once per committed position: Spark calls ``commit`` after each batch but the last
+        of an availableNow run, so ``latestOffset`` calls this too with its start."""
+        if not committed or committed == self._committed_seen:
+            return
+        self._mirror_group(committed)
+        if self.options.trim_consumed:
+            for result in trim_consumed(self.options.endpoint, dict(committed)):
+                log.info(
+                    "trimConsumed: %s trimmed below %s (%d removed, held by %s)",
+                    result.stream,
+                    result.point,
+                    result.removed,
+                    ", ".join(holder.describe() for holder in result.held_by) or "nobody",
+                )
+        self._committed_seen = committed
 
     def _mirror_group(self, committed: StreamOffsets) -> None:
-        if self.options.group is None or not committed or committed == self._group_position:
-            return
-        self._catalog.move_group(dict(committed), self.options.group)
-        self._group_position = committed
+        if self.options.group is not None:
+            self._catalog.move_group(dict(committed), self.options.group)
