@@ -6,6 +6,7 @@ Streams are written with explicit IDs (``n-0``), so the entries left are asserte
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.retention import QUERY, Holder, TrimResult, trim_consumed
 from atlasbus.sandbox.redis_server import find_redis_server, free_port
 from atlasbus.streams import StreamCatalog
+from atlasbus.trim_cli import write_report
 
 
 @pytest.fixture
@@ -526,4 +528,16 @@ def test_cli_with_no_streams_says_so(redis_url: str, prefix: str) -> None:
         0,
         f"no streams under prefix '{prefix}'\n",
         "",
+    )
+
+
+def test_cli_report_marks_a_count_that_stopped_at_the_limit() -> None:
+    out = io.StringIO()
+    result = TrimResult("atlas_bus:big", True, EntryId(9, 3), (query(),), 10_000, False, 5, True)
+    write_report([result], out, prefix="atlas_bus", dry_run=True)
+    assert out.getvalue() == (
+        "stream         trim point  would remove  would keep  held back by\n"
+        "-------------  ----------  ------------  ----------  ------------------------\n"
+        "atlas_bus:big  9-3         >=10000       <=5         query (committed offset)\n"
+        "would remove at least 10000 entries from 1 of 1 stream(s)\n"
     )

@@ -21,7 +21,7 @@ from atlasbus.dlq_cli import HelpFormatter, cli_wording, format_table
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
-from atlasbus.retention import TrimResult, trim_consumed
+from atlasbus.retention import DRY_RUN_COUNT_LIMIT, TrimResult, trim_consumed
 from atlasbus.source_options import Subscription
 from atlasbus.streams import StreamCatalog
 
@@ -60,7 +60,11 @@ def register(subparsers: Any) -> None:
         help="comma-separated topics to trim (default: every stream under the prefix)",
     )
     trim.add_argument(
-        "--dry-run", action="store_true", help="say what would be trimmed; remove nothing"
+        "--dry-run",
+        action="store_true",
+        help="say what would be trimmed; remove nothing. Counts exactly up to "
+        f"{DRY_RUN_COUNT_LIMIT:,} entries on either side of the trim point; past that, "
+        "'>=N' is a lower bound",
     )
     trim.set_defaults(run=run_trim)
 
