@@ -26,6 +26,7 @@ import redis
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.entry_id import EntryId
+from atlasbus.errors import RedisPermissionError
 from atlasbus.sandbox.redis_server import free_port
 from atlasbus.status import (
     BusStatus,
@@ -787,3 +788,25 @@ def test_bad_url_from_the_environment(
         ", rediss://... (TLS) or unix:///path/to.sock\n"
     )
     assert SECRET not in err
+
+
+def test_least_acl(fx: Fixture, r: redis.Redis) -> None:
+    """What a monitoring user needs: SCAN, XINFO STREAM/GROUPS, XPENDING; INFO only for the
+    version (without it the version is 'unknown' and every figure is still there)."""
+    user = f"status-{P}"
+    r.execute_command(
+        f"ACL SETUSER {user} on >{SECRET} ~{P}:* resetchannels +ping +hello +auth "
+        "+client|setname +select +scan +xinfo|stream +xinfo|groups +xpending"
+    )
+    url = fx.url.replace("redis://", f"redis://{user}:{SECRET}@")
+    status = bus_status(RedisEndpoint.from_options(url, None, None), stream_prefix=P, now=fx.now)
+    assert status.redis_version == "unknown"
+    assert status.streams == expected_streams(fx, *idle_of(status))
+    r.execute_command(f"ACL SETUSER {user} -xpending")
+    with pytest.raises(RedisPermissionError) as refused:
+        bus_status(RedisEndpoint.from_options(url, None, None), stream_prefix=P)
+    assert str(refused.value) == (
+        f"Redis at {status.server} refused user {user!r} the command 'xpending': add it to the "
+        f"user's ACL (ACL SETUSER {user} +xpending), see docs/operations.md"
+    )
+    r.execute_command(f"ACL DELUSER {user}")
