@@ -755,6 +755,11 @@ def test_unreachable_redis(capsys: pytest.CaptureFixture[str]) -> None:
             "got '0'",
         ),
         (
+            ["--prometheus", "--output", "{missing}/atlasbus.prom"],
+            "atlasbus status: error: cannot write '{missing}/atlasbus.prom' (check --output): "
+            "No such file or directory",
+        ),
+        (
             ["--json", "--prometheus"],
             "atlasbus status: error: argument --prometheus: not allowed with argument --json",
         ),

@@ -146,8 +146,6 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except DeltaError as exc:  # from delta-rs: a table it cannot read
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return _error(f"cannot read the dead-letter table {args.table!r} (check --table): {first}")
-    except OSError as exc:  # --output not writable
-        return _error(f"cannot write {args.output!r} (check --output): {exc.strerror or exc}")
 
 
 def _error(message: str) -> int:
@@ -165,7 +163,12 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
         )
         text = render(status)
         if args.output is not None:
-            _replace(Path(args.output), text)
+            try:
+                _replace(Path(args.output), text)
+            except OSError as exc:
+                raise AtlasbusError(
+                    f"cannot write {args.output!r} (check --output): {exc.strerror or exc}"
+                ) from None
         else:
             if args.watch is not None and not args.json and not args.prometheus:
                 text = (CLEAR_SCREEN if out.isatty() else ("\n" if reports else "")) + text
