@@ -17,6 +17,8 @@ startingTimestamp          epoch ms: start at the first entry at or after it
 endingOffsets              batch only: latest (default) or JSON
 group                      consumer group mirrored by the query (XINFO GROUPS shows its lag)
 maxEntriesPerTrigger       cap per micro-batch across all streams
+minEntriesPerTrigger,      streaming only: wait for this many new entries, but never longer
+maxTriggerDelay            than the delay (15m) since the last batch, as Kafka's source
 maxEntriesPerPartition     split a stream's range into tasks of about this many (250000)
 failOnDataLoss             true (default): fail when unread entries were trimmed; false: go
                            on (and record a data-loss dead letter with deadLetterTable)
@@ -28,6 +30,11 @@ pageSize                   XRANGE COUNT per round trip (1000); also XPENDING's c
 pendingOf                  batch only: list this consumer group's pending entries (who holds
                            each, idle ms, delivery count, the entry decoded) instead of
                            reading the streams; not with positions, group, deadLetterTable
+trimConsumed               streaming only: after each commit, trim every stream to what all
+                           its consumer groups and the query consumed (false)
+sweepGroup,                streaming only: each trigger, dead-letter the group's entries
+sweepMaxDeliveries,        delivered at least sweepMaxDeliveries times and idle at least
+sweepMinIdle, sweepDelete  sweepMinIdle (60s), then XACK (and XDEL with sweepDelete)
 =========================  ===============================================================
 
 Sink options (``df.write`` / ``df.writeStream``; docs/sink.md). Input columns: ``payload``
