@@ -25,6 +25,7 @@ from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import BatchEnd, batch_end, latest_offsets, starting_offsets
+from atlasbus.reaper import sweep_retry_exhausted
 from atlasbus.retention import trim_consumed
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
@@ -83,6 +84,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._available_now_target,
         )
         self._report_deleted_streams(committed, end.infos)
+        self._sweep([stream for stream, info in end.infos.items() if info is not None])
         if self._holds_back(catalog, committed, end):
             return committed.to_dict()
         marked = mark_batch(
@@ -102,6 +104,36 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             catalog, committed, end.positions, end.infos, end.walks, enough
         )
         return self._pacer.hold(found)
+
+    def _sweep(self, streams: Sequence[str]) -> None:
+        """``sweepGroup``: dead-letter, then acknowledge, the group's retry-exhausted entries.
+
+        Once per trigger, before the batch is planned; a stream without the group yet is
+        skipped (the bus may create it later).
+        """
+        policy = self.options.sweep
+        if policy is None or not streams:
+            return
+        assert self.options.dead_letter_table is not None  # parsing requires it
+        result = sweep_retry_exhausted(
+            self.options.endpoint,
+            streams,
+            policy,
+            self.options.dead_letter_table,
+            topic_of=self.options.subscription.topic_of,
+            require_group=False,
+        )
+        total = result.total
+        if total.exhausted:
+            log.info(
+                "sweepGroup %s: %d retry-exhausted entries dead-lettered (%d already were), "
+                "%d acknowledged, %d deleted",
+                policy.group,
+                total.dead_lettered,
+                total.already_recorded,
+                total.acked,
+                total.deleted,
+            )
 
     def _report_deleted_streams(
         self, committed: StreamOffsets, infos: Mapping[str, StreamInfo | None]
