@@ -77,7 +77,7 @@ class RoundTrips:
         import redis.connection
 
         self.count = 0
-        original = redis.connection.AbstractConnection.send_packed_command
+        original: Any = redis.connection.AbstractConnection.send_packed_command
 
         def counted(connection: Any, command: Any, check_health: bool = True) -> None:
             self.count += 1
@@ -169,10 +169,12 @@ class Query:
 
 def proposed_reader() -> type[Any]:
     """The stream reader with the changes proposed for issue 14 (see the module docstring)."""
-    import pyspark_atlasbus.stream_reader as module
+    import importlib
+
     from atlasbus.offsets import StreamOffsets
     from atlasbus.stream_plan import StreamPlan
 
+    module: Any = importlib.import_module("pyspark_atlasbus.stream_reader")
     original = module.batch_end
 
     class ProposedReader(module.AtlasbusStreamReader):  # type: ignore[misc]
@@ -211,6 +213,10 @@ def proposed_reader() -> type[Any]:
     return ProposedReader
 
 
+def new_run() -> dict[str, Any]:
+    return {}
+
+
 def measure(
     client: Any,
     url: str,
@@ -228,10 +234,10 @@ def measure(
         runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
         for _ in range(repeat):  # a new query each time: every stream is new to it
             query = Query(url, prefix, name, cap, proposed=proposed)
-            with measured(client, trips, run := {}):
+            with measured(client, trips, run := new_run()):
                 query.start()
             runs["start"].append(run)
-            with measured(client, trips, run := {}):
+            with measured(client, trips, run := new_run()):
                 query.trigger()
             run["partitions"] = query.partitions
             runs["first"].append(run)
@@ -243,13 +249,13 @@ def measure(
             for n in range(touched):
                 pipe.xadd(f"{prefix}:topic-{n:05d}", envelope(n, 0))
             pipe.execute()
-            with measured(client, trips, run := {}):
+            with measured(client, trips, run := new_run()):
                 ran = query.trigger()
             assert ran, "the steady trigger ran no batch"
             run["partitions"] = query.partitions
             runs["steady"].append(run)
         for _ in range(repeat):
-            with measured(client, trips, run := {}):
+            with measured(client, trips, run := new_run()):
                 ran = query.trigger()
             assert not ran, "the idle trigger ran a batch"
             runs["idle"].append(run)

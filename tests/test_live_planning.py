@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus import planning
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError, DataLossError
@@ -22,7 +23,7 @@ from atlasbus.planning import ReadRange, mark_batch, plan_ranges, report_recorde
 from atlasbus.positions import batch_end
 from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions, parse_source_options
-from atlasbus.stream_plan import LostEntries
+from atlasbus.stream_plan import LostEntries, StreamPlan
 from atlasbus.streams import StreamCatalog
 from helpers import publish, redis_major
 
@@ -263,3 +264,66 @@ def test_a_key_that_is_not_a_stream_is_named_in_a_clear_error(
         f"key '{prefix}:t' on Redis at 127.0.0.1:{redis_url.rsplit(':', 1)[1].split('/')[0]} "
         "is not a stream: check options 'topics'/'topicPattern'/'streams' and 'streamPrefix'"
     )
+
+
+# --- 4. many streams planned together ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [None, 70], ids=["all-available", "maxEntriesPerTrigger"])
+def test_streams_planned_together_get_the_plans_each_gets_alone(
+    r: redis.Redis, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch, cap: int | None
+) -> None:
+    """One batch where each stream takes another path: the questions are asked together."""
+    monkeypatch.setattr(planning, "COUNT_CUTS_UP_TO", 25)  # beyond 25 entries: cut by time
+    topics = ("plain", "new", "xdel", "one", "idle", "big")
+    options = _options(redis_url, prefix, topics=",".join(topics), maxEntriesPerPartition="7")
+    ids = {topic: publish(r, prefix, topic, 20) for topic in topics if topic != "one"}
+    ids["one"] = []
+    catalog = StreamCatalog(options.endpoint)
+    marked = StreamOffsets.from_json(_end(options, StreamOffsets()))
+    key = {topic: f"{prefix}:{topic}" for topic in topics}
+    start = StreamOffsets.from_plans(
+        {
+            key["plain"]: StreamPlan(marked[key["plain"]]),  # as atlasbus 0.1 wrote it
+            key["xdel"]: marked.plan(key["xdel"]),
+            key["idle"]: marked.plan(key["idle"]),
+            key["big"]: marked.plan(key["big"]),
+        }
+    )
+    ids["plain"] += publish(r, prefix, "plain", 30, start=20)
+    ids["xdel"] += publish(r, prefix, "xdel", 30, start=20)
+    r.xdel(key["xdel"], ids["xdel"][30])
+    ids["one"] += publish(r, prefix, "one", 1)
+    ids["big"] += publish(r, prefix, "big", 60, start=20)
+
+    end = batch_end(catalog, options, start, max_entries=cap)
+    together = mark_batch(catalog, options, start, end.positions, infos=end.infos, walks=end.walks)
+    assert set(together) == {key[t] for t in topics}
+    for topic in topics:
+        stream = key[topic]
+        alone_options = _options(redis_url, prefix, topics=topic, maxEntriesPerPartition="7")
+        alone_start = StreamOffsets.from_plans(
+            {stream: start.plan(stream)} if stream in start else {}
+        )
+        # under a cap, the stream alone gets the share it got together
+        share = end.walks[stream].total if stream in end.walks else cap
+        alone_end = batch_end(catalog, alone_options, alone_start, max_entries=share)
+        alone = mark_batch(
+            catalog,
+            alone_options,
+            alone_start,
+            alone_end.positions,
+            infos=alone_end.infos,
+            walks=alone_end.walks,
+        )
+        assert alone.plan(stream) == together.plan(stream), topic
+    assert together.plan(key["idle"]) == start.plan(key["idle"])
+    if cap is None:
+        assert together.plan(key["new"]).counts == (7, 7, 6)
+        if redis_major(r) >= 7:  # the XDEL above the start is counted: 29 entries present
+            assert sum(together.plan(key["xdel"]).counts or ()) == 29
+            xdel = [EntryId.parse(ids["xdel"][n]) for n in (19, 30)]
+            assert together.plan(key["xdel"]).lost == (xdel[0], xdel[1], 1)
+            # 60 new entries, more than COUNT_CUTS_UP_TO: 9 pieces cut by time, not counted
+            assert together.plan(key["big"]).counts is None
+            assert len(together.plan(key["big"]).cuts) == 8

@@ -229,6 +229,22 @@ def test_a_cap_is_shared_fairly_and_what_a_short_stream_leaves_goes_to_the_other
     )
 
 
+def test_a_cap_short_of_one_entry_per_stream_goes_in_order_past_streams_with_nothing_left(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    a, b, c, d = (f"{prefix}:{name}" for name in "abcd")
+    add(r, a, "1000-0", "2000-0")
+    r.xdel(a, "2000-0")  # a's newest is 2000-0, but nothing is left after 1000-0
+    for stream in (b, c, d):
+        add(r, stream, *id_range(1000, 3))
+    chosen = options(redis_url, prefix, topics="a,b,c,d")
+    start = {a: EntryId(1000, 0)}
+    end = batch_end(StreamCatalog(chosen.endpoint), chosen, start, max_entries=2)
+    # shares of 1 in stream order: a walks none (and is done), so b and c get one each
+    assert ids(end.positions) == {a: "2000-0", b: "1000-0", c: "1000-0"}
+    assert {stream: walk.total for stream, walk in end.walks.items()} == {a: 0, b: 1, c: 1}
+
+
 def test_a_cap_counts_from_the_start_and_skips_deleted_entries(
     r: redis.Redis, redis_url: str, prefix: str
 ) -> None:

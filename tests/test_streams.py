@@ -9,7 +9,7 @@ from atlasbus import streams as streams_module
 from atlasbus.connection import RedisEndpoint
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.source_options import Subscription
-from atlasbus.streams import StreamCatalog, StreamInfo, Walk, last_position
+from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk, last_position
 from helpers import redis_major
 
 
@@ -99,6 +99,17 @@ def test_info_of_present_empty_and_absent_streams_in_one_call(
     assert catalog.info([]) == {}
 
 
+def test_info_reads_the_same_under_resp3(
+    catalog: StreamCatalog, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    full, empty = f"{prefix}:full", f"{prefix}:empty"
+    add(r, full, "1000-0", "2000-0", "3000-0")
+    r.xdel(full, "3000-0")
+    r.xgroup_create(empty, "g", id="0", mkstream=True)
+    resp3 = StreamCatalog(RedisEndpoint(f"{redis_url}?protocol=3"))
+    assert resp3.info([full, empty]) == catalog.info([full, empty])
+
+
 def test_last_position_is_the_newest_id_ever_added_and_zero_for_an_absent_stream() -> None:
     info = StreamInfo(2, eid("1-0"), eid("2-0"), eid("9-0"), None)
     assert (last_position(info), last_position(None)) == (eid("9-0"), ZERO)
@@ -118,6 +129,35 @@ def test_first_in_range_and_last_at_or_before(
     assert catalog.last_at_or_before(stream, eid("2000-4")) == eid("2000-0")
     assert catalog.last_at_or_before(stream, eid("2000-5")) == eid("2000-5")
     assert catalog.last_at_or_before(stream, eid("999-0")) is None
+
+
+def test_first_entries_and_last_entries_of_many_streams_at_once(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    a, b, absent = f"{prefix}:a", f"{prefix}:b", f"{prefix}:absent"
+    add(r, a, "1000-0", "2000-0", "3000-0")
+    add(r, b, "5000-0")
+    assert catalog.first_in_ranges(
+        {a: (eid("1000-0"), eid("3000-0")), b: (eid("5000-0"), eid("9000-0")), absent: (ZERO, ZERO)}
+    ) == {a: eid("2000-0"), b: None, absent: None}
+    assert catalog.last_at_or_before_each(
+        {a: eid("2999-9"), b: eid("4999-0"), absent: eid("1-0")}
+    ) == {a: eid("2000-0"), b: None, absent: None}
+    assert catalog.first_in_ranges({}) == {}
+    assert catalog.last_at_or_before_each({}) == {}
+
+
+def test_questions_about_many_streams_name_a_key_that_is_not_a_stream(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    add(r, f"{prefix}:a", "1000-0")
+    r.set(f"{prefix}:s", "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        catalog.first_in_ranges({f"{prefix}:a": (ZERO, eid("9-0")), f"{prefix}:s": (ZERO, ZERO)})
+    # the connection stayed in step: the next question gets its own answer
+    assert catalog.last_at_or_before_each({f"{prefix}:a": eid("1000-0")}) == {
+        f"{prefix}:a": eid("1000-0")
+    }
 
 
 # --- advance and Walk ----------------------------------------------------------------------------
@@ -191,6 +231,62 @@ def test_advance_with_a_budget_stops_at_the_n_th_entry_and_goes_on_from_there(
     assert catalog.advance(f"{prefix}:absent", ZERO, eid("9-0"), 5, Walk(10)) == (ZERO, 0)
 
 
+@pytest.mark.parametrize(
+    ("round_entries", "min_page", "walk_page"),
+    [(20_000, 16, 10_000), (10, 2, 5), (1, 1, 3)],
+    ids=["one-round", "small-rounds", "tiny-pages"],
+)
+def test_advance_many_walks_every_stream_as_advance_does_alone(
+    catalog: StreamCatalog,
+    r: redis.Redis,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    round_entries: int,
+    min_page: int,
+    walk_page: int,
+) -> None:
+    monkeypatch.setattr(streams_module, "_ROUND_ENTRIES", round_entries)
+    monkeypatch.setattr(streams_module, "_MIN_PAGE", min_page)
+    monkeypatch.setattr(streams_module, "_WALK_PAGE", walk_page)
+    lengths = {"a": 0, "b": 1, "c": 7, "d": 23, "e": 40}
+    for name, length in lengths.items():
+        add(r, f"{prefix}:{name}", *id_range(1000, length))
+    r.xdel(f"{prefix}:d", "1003-0", "1004-0", "1022-0")  # 20 left
+    requests = [  # (stream, after, upto, budget)
+        ("a", ZERO, eid("9999-0"), None),
+        ("b", ZERO, eid("9999-0"), 5),
+        ("c", eid("1001-0"), eid("1005-0"), None),  # 1002..1005
+        ("d", ZERO, eid("9999-0"), None),
+        ("e", eid("1004-0"), eid("9999-0"), 17),  # 1005..1021
+        ("e", ZERO, eid("1039-0"), 0),
+    ]
+    together = [Walk(4) for _ in requests]
+    results = catalog.advance_many(
+        [
+            Advance(f"{prefix}:{name}", after, upto, budget, walk)
+            for (name, after, upto, budget), walk in zip(requests, together, strict=True)
+        ]
+    )
+    assert results == [
+        (ZERO, 0),
+        (eid("1000-0"), 1),
+        (eid("1005-0"), 4),
+        (eid("1021-0"), 20),
+        (eid("1021-0"), 17),
+        (ZERO, 0),
+    ]
+    for (name, after, upto, budget), walk, result in zip(requests, together, results, strict=True):
+        alone = Walk(4)
+        assert catalog.advance(f"{prefix}:{name}", after, upto, budget, alone) == result
+        assert (walk.total, walk.cuts, walk.counts, walk.pending) == (
+            alone.total,
+            alone.cuts,
+            alone.counts,
+            alone.pending,
+        )
+    assert together[3].cuts == [eid(i) for i in ("1005-0", "1009-0", "1013-0", "1017-0", "1021-0")]
+
+
 # --- consumer groups -----------------------------------------------------------------------------
 
 
@@ -227,6 +323,19 @@ def test_ensure_group_creates_it_once_and_never_moves_it(
     assert group_at(r, stream, "g") == "5-0"
 
 
+def test_ensure_groups_creates_the_missing_ones_in_one_call(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    a, b, c = (f"{prefix}:{name}" for name in "abc")
+    add(r, a, "1000-0")
+    r.xgroup_create(a, "g", id="1000-0")
+    add(r, b, "1000-0")
+    created = catalog.ensure_groups({a: eid("7-0"), b: eid("8-0"), c: eid("9-0")}, "g")
+    assert created == {b, c}
+    assert [group_at(r, s, "g") for s in (a, b, c)] == ["1000-0", "8-0", "9-0"]
+    assert catalog.ensure_groups({}, "g") == set()
+
+
 def test_ensure_group_on_a_key_that_is_not_a_stream_raises(
     catalog: StreamCatalog, r: redis.Redis, prefix: str
 ) -> None:
@@ -246,6 +355,20 @@ def test_move_group_moves_it_where_it_exists_and_creates_it_where_it_does_not(
     assert (group_at(r, a, "g"), group_at(r, b, "g")) == ("2000-0", "1000-0")
     catalog.move_group({a: eid("1500-0")}, "g")  # back, too: the group mirrors the offsets
     assert group_at(r, a, "g") == "1500-0"
+
+
+def test_move_group_leaves_the_streams_whose_position_did_not_change(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    a, b = f"{prefix}:a", f"{prefix}:b"
+    add(r, a, "1000-0", "2000-0")
+    add(r, b, "1000-0", "2000-0")
+    catalog.move_group({a: eid("1000-0"), b: eid("1000-0")}, "g")
+    r.xgroup_setid(b, "g", id="0")  # by hand: shows whether b is set again
+    catalog.move_group(
+        {a: eid("2000-0"), b: eid("1000-0")}, "g", previous={a: eid("1000-0"), b: eid("1000-0")}
+    )
+    assert (group_at(r, a, "g"), group_at(r, b, "g")) == ("2000-0", "0-0")
 
 
 def test_move_group_over_a_stream_deleted_since_it_was_read(
