@@ -20,7 +20,7 @@ import redis
 from atlasbus import dlq_cli
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import RETRY_EXHAUSTED, DeadLetterTable, dead_letter_id
-from atlasbus.errors import ConfigurationError
+from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.reaper import (
     REAPER_CONSUMER,
     StreamSweep,
@@ -538,3 +538,45 @@ def test_help_lists_every_flag() -> None:
     ):
         assert flag in done.stdout
     assert "(default 60s)" in " ".join(done.stdout.split())
+
+
+# --- the least ACL -------------------------------------------------------------------------------
+
+REAPER_ACL = (
+    "+ping +hello +auth +client|setname +select +scan +xpending +xrange +xclaim +xack +multi +exec"
+)
+
+
+def test_the_documented_acl_is_enough_and_a_missing_command_is_named(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    d = deliver(r, prefix)
+    user = f"reaper-{prefix}"
+    r.execute_command(
+        "ACL", "SETUSER", user, "on", ">reaper-secret", f"~{prefix}:*", "resetchannels",
+        *REAPER_ACL.split(), "+xdel",
+    )  # fmt: skip
+    host = redis_url.removeprefix("redis://")
+    url = f"redis://{user}:reaper-secret@{host}"
+    try:
+        table = str(tmp_path / "dlq")
+        policy = SweepPolicy(GROUP, MAX_DELIVERIES, MIN_IDLE_MS, delete=True)
+        result = sweep(url, d, table, policy=policy)
+        assert result.total == StreamSweep(
+            "*", exhausted=30, dead_lettered=30, acked=30, deleted=30, pending=70
+        )
+        r.execute_command("ACL", "SETUSER", user, "-xclaim")
+        deliver(r, prefix, "payments")
+        with pytest.raises(RedisPermissionError) as raised:
+            sweep_retry_exhausted(
+                RedisEndpoint.from_options(url, None, None),
+                [f"{prefix}:payments"],
+                POLICY,
+                table,
+                topic_of=str,
+            )
+        assert "'xclaim'" in str(raised.value)
+        assert f"ACL SETUSER {user} +xclaim" in str(raised.value)
+        assert "reaper-secret" not in str(raised.value)
+    finally:
+        r.execute_command("ACL", "DELUSER", user)
