@@ -186,7 +186,8 @@ def bus_status(
     if at.tzinfo is None:
         raise ValueError("bus_status: now must be timezone-aware (e.g. datetime.now(UTC))")
     if topics is not None:
-        subscription = Subscription("topics", tuple(topics), stream_prefix)
+        topics = tuple(dict.fromkeys(topics))  # in the order given, each once
+        subscription = Subscription("topics", topics, stream_prefix)
     else:
         subscription = Subscription("pattern", ("*",), stream_prefix)
     streams = StreamCatalog(endpoint).discover(subscription)
