@@ -22,7 +22,6 @@ from atlasbus.pending import (
     PendingRead,
     plan_pending,
     read_pending,
-    require_pending_compatible,
 )
 from atlasbus.schema import pending_schema, spark_ddl
 from atlasbus.source_options import SourceOptions, parse_source_options
@@ -275,7 +274,7 @@ def test_options_a_pending_read_would_ignore_are_refused(
     redis_url: str, extra: dict[str, str], named: str
 ) -> None:
     with pytest.raises(ConfigurationError) as info:
-        require_pending_compatible(options(redis_url, "p", **extra))
+        options(redis_url, "p", **extra)
     assert str(info.value) == (
         f"option '{named}' does not apply with option 'pendingOf': a pending read lists the "
         "whole pending entries list of the group named by pendingOf, with malformed entries as "

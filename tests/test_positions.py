@@ -333,7 +333,7 @@ def test_streaming_only_options_are_refused_for_a_batch_read(
     assert message in str(info.value)
 
 
-def test_pending_of_is_a_batch_read_and_may_start_anywhere(redis_url: str) -> None:
+def test_pending_of_is_a_batch_read(redis_url: str) -> None:
     pending = options(redis_url, "p", pendingOf="workers")
     with pytest.raises(ConfigurationError, match="option 'pendingOf' is for batch reads"):
         require_streaming_compatible(pending)

@@ -214,7 +214,6 @@ def test_operations_options_are_parsed_into_policies() -> None:
             "minEntriesPerTrigger": "1000",
             "maxtriggerdelay": "2s",
             "trimConsumed": "TRUE",
-            "pendingOf": " workers ",
             "sweepGroup": "workers",
             "sweepMaxDeliveries": "3",
             "sweepMinIdle": "1m",
@@ -224,7 +223,7 @@ def test_operations_options_are_parsed_into_policies() -> None:
     )
     assert parsed.pacing == TriggerPacing(min_entries=1000, max_delay_ms=2000)
     assert parsed.trim_consumed is True
-    assert parsed.pending_of == "workers"
+    assert parse_source_options({"topics": "a", "pendingOf": " workers "}).pending_of == "workers"
     assert parsed.sweep == SweepPolicy("workers", 3, 60_000, delete=True)
     defaults = parse_source_options({"topics": "a", "minEntriesPerTrigger": "5"})
     assert defaults.pacing == TriggerPacing(5, 15 * 60 * 1000)

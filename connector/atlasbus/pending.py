@@ -50,7 +50,6 @@ __all__ = [
     "pending_counts",
     "plan_pending",
     "read_pending",
-    "require_pending_compatible",
 ]
 
 # The ``error`` of a pending entry that is no longer in its stream (envelope format).
@@ -75,33 +74,6 @@ class PendingRead:
     group: str
     # How many entries were pending at planning (the task reads the list as it then is).
     planned: int
-
-
-def require_pending_compatible(options: SourceOptions) -> None:
-    """Refuse, at ``load()``, options a ``pendingOf`` read would otherwise silently ignore.
-
-    A pending read lists the group's whole pending entries list: positions do not narrow it,
-    and it decodes entries only to show them (a malformed one is a row with ``error``).
-    """
-    assert options.pending_of is not None
-    ignored = [
-        name
-        for name, given in (
-            (keys.STARTING_OFFSETS, options.starting.kind in ("latest", "offsets", "group")),
-            (keys.STARTING_TIMESTAMP, options.starting.kind == "timestamp"),
-            (keys.ENDING_OFFSETS, options.ending is not None),
-            (keys.GROUP, options.group is not None),
-            (keys.DEAD_LETTER_TABLE, options.dead_letter_table is not None),
-        )
-        if given
-    ]
-    if ignored:
-        raise ConfigurationError(
-            f"option '{ignored[0]}' does not apply with option '{keys.PENDING_OF}': a pending "
-            "read lists the whole pending entries list of the group named by pendingOf, "
-            "with malformed entries as rows whose 'error' says why; remove "
-            f"'{ignored[0]}'"
-        )
 
 
 def plan_pending(options: SourceOptions) -> list[PendingRead]:

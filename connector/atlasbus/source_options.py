@@ -194,12 +194,41 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
         sweep=_parse_sweep(reader, shared.dead_letter_table),
     )
+    _refuse_what_pending_ignores(parsed)
     if parsed.dead_letter_table is not None and parsed.format == "raw":
         raise ConfigurationError(
             f"option '{keys.DEAD_LETTER_TABLE}' needs format=envelope: format=raw does not "
             "decode entries, so none is malformed; remove one of the two options"
         )
     return parsed
+
+
+def _refuse_what_pending_ignores(options: SourceOptions) -> None:
+    """Refuse options a ``pendingOf`` read would otherwise silently ignore.
+
+    A pending read lists the group's whole pending entries list: positions do not narrow it,
+    and it decodes entries only to show them (a malformed one is a row with ``error``).
+    """
+    if options.pending_of is None:
+        return
+    ignored = [
+        name
+        for name, given in (
+            (keys.STARTING_OFFSETS, options.starting.kind in ("latest", "offsets", "group")),
+            (keys.STARTING_TIMESTAMP, options.starting.kind == "timestamp"),
+            (keys.ENDING_OFFSETS, options.ending is not None),
+            (keys.GROUP, options.group is not None),
+            (keys.DEAD_LETTER_TABLE, options.dead_letter_table is not None),
+        )
+        if given
+    ]
+    if ignored:
+        raise ConfigurationError(
+            f"option '{ignored[0]}' does not apply with option '{keys.PENDING_OF}': a pending "
+            "read lists the whole pending entries list of the group named by pendingOf, "
+            "with malformed entries as rows whose 'error' says why; remove "
+            f"'{ignored[0]}'"
+        )
 
 
 def _stripped(value: str | None) -> str | None:
@@ -418,7 +447,7 @@ def require_streaming_compatible(options: SourceOptions) -> None:
 
 def require_batch_compatible(options: SourceOptions) -> None:
     """Refuse, at ``load()``, options that only a streaming query can honour."""
-    if options.starting.kind == "latest" and options.pending_of is None:
+    if options.starting.kind == "latest":
         raise ConfigurationError(
             "option 'startingOffsets' cannot be 'latest' for a batch read (spark.read): it would "
             "read nothing. Use earliest, group, a JSON object, or startingTimestamp"

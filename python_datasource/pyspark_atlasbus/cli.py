@@ -1,4 +1,4 @@
-"""The ``atlasbus`` command line: ``atlasbus demo`` and ``atlasbus dlq ...``.
+"""The ``atlasbus`` command line: ``demo``, ``status``, ``trim`` and ``dlq ...``.
 
 Each command group lives in its own module and registers its sub-parser here.
 """

@@ -68,7 +68,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from atlasbus.errors import ConfigurationError
-from atlasbus.pending import require_pending_compatible
 from atlasbus.schema import pending_schema, schema_for, spark_ddl
 from atlasbus.sink_columns import ACCEPTED_TYPES
 from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
@@ -99,7 +98,6 @@ class AtlasbusDataSource(DataSource):
         """
         options = self._source_options()
         if options.pending_of is not None:
-            require_pending_compatible(options)
             return spark_ddl(pending_schema(options.format))
         return spark_ddl(schema_for(options.format))
 
@@ -112,7 +110,6 @@ class AtlasbusDataSource(DataSource):
         if options.pending_of is not None:
             from pyspark_atlasbus.pending_reader import AtlasbusPendingReader
 
-            require_pending_compatible(options)
             return AtlasbusPendingReader(options)
         return AtlasbusBatchReader(options)
 
