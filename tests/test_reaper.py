@@ -32,7 +32,7 @@ from atlasbus.reaper import (
     sweep_retry_exhausted,
 )
 from atlasbus.source_options import SweepPolicy
-from helpers import publish
+from helpers import publish, redis_major
 
 GROUP = "workers"
 MAX_DELIVERIES = 3
@@ -259,6 +259,41 @@ def test_a_consumer_that_takes_an_entry_back_before_the_claim_keeps_it(
     after = pel(r, d.stream)
     assert after[taken] == ("worker-9", d.pending[taken][1] + 1)
     assert sorted(after) == sorted([*d.others, taken])
+
+
+def test_entries_that_leave_the_pel_before_the_claim_are_recorded_with_their_content(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """Between finding and claiming, one entry is deleted from the stream and one acknowledged.
+
+    Both were exhausted when found, so both are recorded, with the content step 1 read. Redis
+    7's XCLAIM drops the deleted one from the PEL (it is ``gone``, like the acknowledged one);
+    6.2's XCLAIM JUSTID claims it, and the reaper acknowledges it.
+    """
+    d = deliver(r, prefix)
+    endpoint = RedisEndpoint.from_options(redis_url, None, None)
+    table = str(tmp_path / "dlq")
+    found = find_exhausted(endpoint, POLICY, start_cursors([d.stream]))
+    deleted, acked_by_consumer = d.exhausted[2], d.exhausted[5]
+    assert r.xdel(d.stream, deleted) == 1
+    assert r.xack(d.stream, GROUP, acked_by_consumer) == 1
+
+    recorded = record_dead_letters(found, DeadLetterTable(table), POLICY, topic_of=str)
+    claimed = claim_exhausted(endpoint, found, POLICY)
+    acked = acknowledge(endpoint, found, claimed, POLICY)
+
+    assert len(recorded.written) == 30
+    rows = rows_by_entry(table)
+    assert {rows[e]["reason"] for e in (deleted, acked_by_consumer)} == {"max-deliveries"}
+    assert all(rows[e]["payload"] is not None for e in (deleted, acked_by_consumer))
+    assert claimed.taken_back == {}
+    if redis_major(r) >= 7:
+        assert claimed.gone == {d.stream: (deleted, acked_by_consumer)}
+        assert acked.acked == {d.stream: 28}
+    else:
+        assert claimed.gone == {d.stream: (acked_by_consumer,)}
+        assert acked.acked == {d.stream: 29}
+    assert_only_the_30_left_the_pel(r, d)
 
 
 # --- deleted entries, --delete, paging, several streams ------------------------------------------

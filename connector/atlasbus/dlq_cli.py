@@ -497,6 +497,11 @@ def write_sweep_report(result: SweepResult, out: TextIO) -> None:
         f"{total.acked} acknowledged, {total.deleted} deleted, {total.taken_back} taken back by "
         f"a consumer; {total.pending} still pending\n"
     )
+    if total.gone:
+        out.write(
+            f"{total.gone} recorded but gone from the pending list before the claim "
+            "(acknowledged by their consumer, or deleted from the stream)\n"
+        )
 
 
 # --- plain-text tables ---------------------------------------------------------------------------

@@ -62,7 +62,8 @@ deleted from the stream while pending silently drops it from the PEL, even when 
 min idle is not met (measured on 7.0.15; 6.2 replies nil and moves it to the claimer). Were
 the letter written after the claim, an entry deleted between step 1 and the claim would leave
 the PEL with no trace if the reaper died then. Recorded first, it is already a dead letter
-(with its content, read in step 1). Entries step 1 finds deleted are recorded with reason
+(with its content, read in step 1), and the sweep reports it as ``gone``. Entries step 1 finds
+deleted are recorded with reason
 ``entry-deleted`` (no content: only their ID and pending facts) and acknowledged without a
 claim. The price of this order: an exhausted entry a consumer takes back between steps 1 and
 3 is recorded although that consumer may yet process it; it is reported as ``taken_back``,
@@ -189,10 +190,13 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Claimed:
-    """Step 3's result per stream: IDs the reaper holds now, and those a consumer kept."""
+    """Step 3's result per stream: IDs the reaper holds now, those a consumer took back (still
+    pending with it), and those that left the PEL meanwhile (acknowledged by their consumer, or
+    deleted from the stream: Redis 7's XCLAIM then drops them from the PEL)."""
 
     held: Mapping[str, tuple[str, ...]]
     taken_back: Mapping[str, tuple[str, ...]]
+    gone: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -220,10 +224,14 @@ class StreamSweep:
     """Exhausted entries whose dead letter was in the table already (an interrupted sweep)."""
     taken_back: int = 0
     """Exhausted entries a consumer took back before the claim: recorded, not acknowledged."""
+    gone: int = 0
+    """Exhausted entries that left the PEL between steps 1 and 3 (acknowledged by their
+    consumer, or deleted from the stream): recorded, nothing to acknowledge."""
     acked: int = 0
     deleted: int = 0
     pending: int = 0
-    """Entries still pending in the group after the sweep (none of them exhausted then)."""
+    """Entries pending in the group when the sweep ended: those not exhausted, those taken
+    back, and any delivered meanwhile."""
 
     def plus(self, other: StreamSweep) -> StreamSweep:
         counts = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in _COUNTS}
@@ -288,16 +296,15 @@ def sweep_retry_exhausted(
     )
     cursors = start_cursors(streams)
     sums = {cursor.stream: StreamSweep(cursor.stream) for cursor in cursors}
-    without: list[str] = []
+    without: dict[str, None] = {}  # in the order found; a group deleted mid-sweep joins later
     letter_ids: list[str] = []
     first = True
     while cursors:
         found = find_exhausted(endpoint, policy, cursors, page_size=page_size)
-        if first:
-            without = list(found.without_group)
-            if require_group and streams and len(without) == len(sums):
-                raise ConfigurationError(_no_group(policy.group, list(sums)))
-            first = False
+        without.update(dict.fromkeys(found.without_group))
+        if first and require_group and sums and len(without) == len(sums):
+            raise ConfigurationError(_no_group(policy.group, list(sums)))
+        first = False
         done = _tally_found(found)
         if found.entries and not dry_run:
             recorded = record_dead_letters(found, table, policy, topic_of=topic_of, query=query)
@@ -350,6 +357,7 @@ def _tally_done(
         done[stream] = replace(
             counts,
             taken_back=len(claimed.taken_back.get(stream, ())),
+            gone=len(claimed.gone.get(stream, ())),
             acked=acknowledged.acked.get(stream, 0),
             deleted=acknowledged.deleted.get(stream, 0),
         )
@@ -539,19 +547,30 @@ def claim_exhausted(endpoint: RedisEndpoint, found: Found, policy: SweepPolicy) 
             for stream, ids in wanted.items()
         ],
     )
-    taken_back: dict[str, tuple[str, ...]] = {}
+    missed: list[tuple[str, str]] = []  # (stream, id) asked for and not claimed
     for stream, reply in zip(wanted, replies, strict=True):
         if isinstance(reply, Exception):
             if str(reply).startswith("NOGROUP"):  # the group was deleted meanwhile
-                taken_back[stream] = tuple(wanted[stream])
+                missed.extend((stream, ident) for ident in wanted[stream])
                 continue
             _raise_reply(endpoint, reply, stream)
         got = {reply_text(ident) for ident in reply}
         held.setdefault(stream, []).extend(i for i in wanted[stream] if i in got)
-        missed = tuple(i for i in wanted[stream] if i not in got)
-        if missed:
-            taken_back[stream] = missed
-    return Claimed({s: tuple(ids) for s, ids in held.items()}, taken_back)
+        missed.extend((stream, i) for i in wanted[stream] if i not in got)
+    taken_back: dict[str, list[str]] = {}
+    gone: dict[str, list[str]] = {}
+    # Rare, so asked only then: is each one still pending (a consumer's), or gone from the PEL?
+    states = _pipeline(endpoint, [("XPENDING", s, policy.group, i, i, 1) for s, i in missed])
+    for (stream, ident), state in zip(missed, states, strict=True):
+        if isinstance(state, Exception) and not str(state).startswith("NOGROUP"):
+            _raise_reply(endpoint, state, stream)
+        still = not isinstance(state, Exception) and len(state) > 0
+        (taken_back if still else gone).setdefault(stream, []).append(ident)
+    return Claimed(_tuples(held), _tuples(taken_back), _tuples(gone))
+
+
+def _tuples(lists: Mapping[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {key: tuple(values) for key, values in lists.items()}
 
 
 # --- step 4: acknowledge -------------------------------------------------------------------------
