@@ -107,9 +107,10 @@ def register(subparsers: Any) -> None:
     dlq = subparsers.add_parser(
         "dlq",
         formatter_class=HelpFormatter,
-        help="inspect and replay the dead-letter table",
-        description="Inspect and replay an atlasbus dead-letter table (a Delta table). "
-        "Uses delta-rs; starts no Spark.",
+        help="inspect and replay the dead-letter table; sweep retry-exhausted entries into it",
+        description="Inspect and replay an atlasbus dead-letter table (a Delta table), and "
+        "sweep a consumer group's retry-exhausted entries into it. Uses delta-rs; starts no "
+        "Spark.",
     )
     commands = dlq.add_subparsers(dest="dlq_command", metavar="SUBCOMMAND", required=True)
 
