@@ -148,7 +148,13 @@ def _plan_streams(
     uncounted = [w for w in work if w.walk is None]
     # the first entry is needed to estimate an unknown count, and to cut by time
     looked_up = [w for w in uncounted if w.present is None or w.present > COUNT_CUTS_UP_TO]
-    found = catalog.first_in_ranges({w.stream: (w.after, w.upto) for w in looked_up})
+    found: dict[str, EntryId | None] = {}
+    for w in looked_up:
+        known, first = _first_known(w)
+        if known:
+            found[w.stream] = first
+    asked = [w for w in looked_up if w.stream not in found]
+    found.update(catalog.first_in_ranges({w.stream: (w.after, w.upto) for w in asked}))
     to_count = []
     for w in uncounted:
         w.first = found.get(w.stream)
@@ -202,6 +208,20 @@ def _known(
         elif not needs_count(after, info):
             present = added  # nothing above `after` was removed
     return _Planning(stream, after, upto, info, walk, added, present)
+
+
+def _first_known(w: _Planning) -> tuple[bool, EntryId | None]:
+    """``(True, the first entry of (after, upto] or None)`` when XINFO STREAM tells it.
+
+    When the stream's first entry is past ``after`` (a stream new to the query, or trimmed
+    past it), it is the range's first entry, or the range is empty. Else ``(False, None)``.
+    """
+    first = w.info.first
+    if first is None:
+        return True, None
+    if first > w.after:
+        return True, (first if first <= w.upto else None)
+    return False, None
 
 
 def _count(catalog: StreamCatalog, size: int, streams: list[_Planning]) -> None:
