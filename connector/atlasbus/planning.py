@@ -183,6 +183,7 @@ def _plan_streams(
             w.upto,
             # Only at the stream's newest entry does entries-added say how many reach it.
             index=w.info.entries_added if at_tail else None,
+            read=None if at_tail else _counted_on(w, start, lost),
             removed=w.info.removed,
             cuts=cuts,
             counts=plan_counts,
@@ -208,6 +209,23 @@ def _known(
         elif not needs_count(after, info):
             present = added  # nothing above `after` was removed
     return _Planning(stream, after, upto, info, walk, added, present)
+
+
+def _counted_on(w: _Planning, start: StreamOffsets, lost: LostEntries | None) -> int | None:
+    """Redis 7: entries the stream had received up to ``w.upto``, from the start's count plus
+    the entries counted in the range (and those known lost); for lag only (``StreamPlan.read``).
+    """
+    if w.info.entries_added is None or w.walk is None:
+        return None
+    if w.after == ZERO:
+        # Everything removed so far lies at or below upto unless an XDEL went past it.
+        deleted_past = w.info.max_deleted is not None and w.info.max_deleted > w.upto
+        base = None if deleted_past else w.info.removed
+    else:
+        base = start.plan(w.stream).entries_read if w.stream in start else None
+    if base is None:
+        return None
+    return base + w.walk.total + (lost.count or 0 if lost is not None else 0)
 
 
 def _first_known(w: _Planning) -> tuple[bool, EntryId | None]:

@@ -48,7 +48,7 @@ from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.source_options import Subscription
-from atlasbus.streams import StreamCatalog, StreamInfo, _stream_info
+from atlasbus.streams import StreamCatalog, StreamInfo, parse_stream_info
 from atlasbus.values import reply_text
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ def _read_streams(
         if isinstance(info_reply, Exception) or isinstance(groups_reply, Exception):
             infos[stream] = None  # gone (no such key)
             continue
-        infos[stream] = _stream_info(info_reply)
+        infos[stream] = parse_stream_info(info_reply)
         found = [_fields(g) for g in groups_reply]
         groups[stream] = sorted(found, key=lambda g: reply_text(g["name"]))
     return version, infos, groups

@@ -11,6 +11,11 @@ Redis and that a replay must reuse therefore lives here, in the end offset:
   the task that reads a piece can tell whether entries vanished before it read them;
 - ``index``: Redis 7's ``entries-added`` at ``position``, when ``position`` was the newest entry,
   so the next batch knows exactly how many entries were added after it;
+- ``read``: Redis 7, where ``index`` is not known (a batch cut short of the newest entry):
+  how many entries the stream had received up to ``position`` as far as planning counted
+  them, the index counted on from the start's. Used only to tell the query's lag
+  (``atlasbus.lag``) and as the mirrored group's entries read, never for loss checks:
+  entries deleted ahead of the query before it counted them are missing from it;
 - ``removed``: Redis 7's count of entries ever removed from the stream (``entries-added`` minus
   ``length``) when planned, so a task can tell that nothing was removed since;
 - ``lost``: entries of the range already gone when planned, reported (once per dead-letter ID)
@@ -68,15 +73,22 @@ class StreamPlan:
     position: EntryId
     index: int | None = None
     removed: int | None = None
+    read: int | None = None
     cuts: tuple[EntryId, ...] = ()
     counts: tuple[int, ...] | None = None
     lost: tuple[EntryId, EntryId, int | None] | None = None
+
+    @property
+    def entries_read(self) -> int | None:
+        """Entries the stream had received up to ``position``: ``index``, else ``read``."""
+        return self.index if self.index is not None else self.read
 
     @property
     def is_plain(self) -> bool:
         return (
             self.index is None
             and self.removed is None
+            and self.read is None
             and not self.cuts
             and self.counts is None
             and self.lost is None
@@ -88,6 +100,8 @@ class StreamPlan:
         value: dict[str, Any] = {"id": str(self.position)}
         if self.index is not None:
             value["index"] = self.index
+        if self.read is not None:
+            value["read"] = self.read
         if self.removed is not None:
             value["removed"] = self.removed
         if self.cuts:
@@ -122,10 +136,12 @@ class StreamPlan:
                     int(count) if count is not None else None,
                 )
             index = value.get("index")
+            read = value.get("read")
             removed = value.get("removed")
             plan = cls(
                 EntryId.parse(value["id"], what=what),
                 index=int(index) if index is not None else None,
+                read=int(read) if read is not None else None,
                 removed=int(removed) if removed is not None else None,
                 cuts=cuts,
                 counts=counts,

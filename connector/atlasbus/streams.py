@@ -124,7 +124,7 @@ class StreamCatalog:
                     )
                 with translate_errors(self.endpoint):
                     raise reply
-            result[stream] = _stream_info(reply)
+            result[stream] = parse_stream_info(reply)
         return result
 
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
@@ -269,11 +269,14 @@ class StreamCatalog:
         group: str,
         *,
         previous: Mapping[str, EntryId] | None = None,
+        entries_read: Mapping[str, int] | None = None,
     ) -> None:
         """XGROUP SETID on each stream (creating the group where it is missing), pipelined.
 
         ``previous`` (the positions last mirrored by this process) skips streams whose position
-        has not changed since, so an idle stream costs nothing. A stream deleted since the
+        has not changed since, so an idle stream costs nothing. ``entries_read`` (Redis 7:
+        how many entries the stream had received up to the position) is passed as SETID's
+        ENTRIESREAD, so Redis counts the group's lag exactly. A stream deleted since the
         query read it is left alone: there is nothing to mirror, and creating the group would
         bring the key back as an empty stream.
         """
@@ -284,7 +287,15 @@ class StreamCatalog:
         }
         streams = list(moving)
         replies = self._pipelined(
-            [("XGROUP", "SETID", stream, group, str(moving[stream])) for stream in streams]
+            [
+                ("XGROUP", "SETID", stream, group, str(moving[stream]))
+                + (
+                    ("ENTRIESREAD", entries_read[stream])
+                    if entries_read and stream in entries_read
+                    else ()
+                )
+                for stream in streams
+            ]
         )
         missing: dict[str, EntryId] = {}
         for stream, reply in zip(streams, replies, strict=True):
@@ -366,7 +377,7 @@ _SCAN_COUNT = 10_000
 """SCAN's COUNT hint: a keyspace of up to about this many keys is listed in one round trip."""
 
 
-def _stream_info(reply: Any) -> StreamInfo:
+def parse_stream_info(reply: Any) -> StreamInfo:
     """Parse a raw XINFO STREAM reply (a flat key/value list under RESP2, a map under RESP3).
 
     Runs for every stream at every trigger: only the six fields planning uses are looked at.

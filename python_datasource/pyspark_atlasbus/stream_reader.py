@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (
 
 from atlasbus.data_loss import on_data_loss
 from atlasbus.entry_id import EntryId
-from atlasbus.lag import latest_with_counts
+from atlasbus.lag import entries_after, latest_with_counts
 from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
@@ -45,6 +45,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # stream deleted (DEL) with entries the query had not read yet.
         self._newest_seen: dict[str, EntryId] = {}
         self._pacer = TriggerPacer(options.pacing) if options.pacing is not None else None
+        # What latestOffset learnt for reportLatestOffset, which Spark calls right after it.
+        self._latest_report: dict[str, object] | None = None
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -74,7 +76,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         committed = StreamOffsets.from_dict(start, what="start offset")
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
-        self._after_commit(committed.positions())
+        self._after_commit(committed)
         catalog = self._catalog
         end = batch_end(
             catalog,
@@ -85,12 +87,18 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self._report_deleted_streams(committed, end.infos)
         self._sweep([stream for stream, info in end.infos.items() if info is not None])
-        if self._holds_back(catalog, committed, end):
-            return committed.to_dict()
-        marked = mark_batch(
-            catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
+        chosen = committed
+        if not self._holds_back(catalog, committed, end):
+            chosen = mark_batch(
+                catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
+            )
+        self._latest_report = latest_with_counts(
+            catalog,
+            self.options,
+            infos=end.infos,
+            behind=entries_after(committed, chosen, end.infos, end.walks),
         )
-        return marked.to_dict()
+        return chosen.to_dict()
 
     def _holds_back(self, catalog: StreamCatalog, committed: StreamOffsets, end: BatchEnd) -> bool:
         """``minEntriesPerTrigger``: too few new entries and ``maxTriggerDelay`` not yet up.
@@ -159,7 +167,10 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         With the batch's end offset beside it in the same report, it tells how many entries
         the query is behind (``atlasbus.lag``, ``pyspark_atlasbus.lag.LagListener``).
         """
-        return latest_with_counts(self._catalog, self.options).to_dict()
+        report, self._latest_report = self._latest_report, None
+        if report is None:  # Spark calls this right after latestOffset, whose answer it reuses
+            report = latest_with_counts(self._catalog, self.options)
+        return report
 
     @user_facing
     def partitions(
@@ -179,12 +190,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_facing
     def commit(self, end: dict[str, object]) -> None:
         """Act on a committed batch: mirror ``group``, then ``trimConsumed``; driver."""
-        self._after_commit(StreamOffsets.from_dict(end, what="committed offset").positions())
+        self._after_commit(StreamOffsets.from_dict(end, what="committed offset"))
 
     def _after_commit(self, committed: StreamOffsets) -> None:
         """Once per committed position: Spark calls ``commit`` after each batch but the last
         of an availableNow run, so ``latestOffset`` calls this too with its start."""
-        if not committed or committed == self._committed_seen:
+        if not committed or committed.positions() == self._committed_seen:
             return
         self._mirror_group(committed)
         if self.options.trim_consumed:
@@ -196,8 +207,24 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     result.removed,
                     ", ".join(holder.describe() for holder in result.held_by) or "nobody",
                 )
-        self._committed_seen = committed
+        self._committed_seen = committed.positions()
 
     def _mirror_group(self, committed: StreamOffsets) -> None:
-        if self.options.group is not None:
-            self._catalog.move_group(dict(committed), self.options.group)
+        """Move ``group`` to the committed positions that changed since the last move.
+
+        On Redis 7 a committed position carries the entries the stream had received up to it,
+        given to Redis as the group's entries read, so ``XINFO GROUPS`` counts the group's lag.
+        """
+        if self.options.group is None:
+            return
+        entries_read = {
+            stream: index
+            for stream in committed
+            if (index := committed.plan(stream).entries_read) is not None
+        }
+        self._catalog.move_group(
+            dict(committed.positions()),
+            self.options.group,
+            previous=self._committed_seen,
+            entries_read=entries_read,
+        )
