@@ -2,7 +2,7 @@
 
     python benchmarks/bench_planning.py [--streams 10,100,1000] [--entries 10] [--repeat 5]
                                         [--label after] [--redis-server PATH]
-                                        [--proposed-reader] [--source DIR]
+                                        [--source DIR]
                                         [--other-keys K]
 
 Creates N streams under one prefix on a private redis-server (``--redis-server``, else
@@ -20,12 +20,6 @@ the batch's end), ``reportLatestOffset``, then, when the end moved, ``partitions
 ``commit``. Each case runs for three queries: ``plain`` (all available),
 ``cap`` (``maxEntriesPerTrigger`` = half the entries, so admission control walks every stream)
 and ``group`` (``startingOffsets=group`` and ``group``: the group is created and mirrored).
-
-``--proposed-reader`` measures the reader with the two changes proposed for issue 14 made in
-a subclass: ``reportLatestOffset`` answers from the XINFO STREAM replies its ``latestOffset``
-just took (as Kafka's source answers from the offsets its ``latestOffset`` fetched), instead
-of a second SCAN and XINFO of every stream; the group is moved only on the streams whose
-position changed (``move_group(..., previous=...)``).
 
 ``--other-keys K`` first adds K keys that are not streams (a Redis shared with other uses):
 SCAN walks the whole keyspace whatever the pattern, so discovery then costs K / 10,000 round
@@ -141,18 +135,17 @@ def envelope(stream: int, index: int) -> dict[str, str]:
 class Query:
     """One streaming query's driver side, called as Spark's micro-batch execution calls it."""
 
-    def __init__(self, url: str, prefix: str, query: str, cap: int, *, proposed: bool) -> None:
+    def __init__(self, url: str, prefix: str, query: str, cap: int) -> None:
         from atlasbus.source_options import parse_source_options
         from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
-        reader_class = proposed_reader() if proposed else AtlasbusStreamReader
         raw = {"url": url, "streamPrefix": prefix, "topicPattern": "*"}
         if query == "cap":
             raw["maxEntriesPerTrigger"] = str(cap)
         if query == "group":
             raw["group"] = f"bench-{uuid.uuid4().hex[:8]}"
             raw["startingOffsets"] = "group"
-        self.reader = reader_class(parse_source_options(raw))
+        self.reader = AtlasbusStreamReader(parse_source_options(raw))
         self.committed: dict[str, object] = {}
         self.partitions = 0
 
@@ -172,52 +165,6 @@ class Query:
         return True
 
 
-def proposed_reader() -> type[Any]:
-    """The stream reader with the changes proposed for issue 14 (see the module docstring)."""
-    import importlib
-
-    from atlasbus.offsets import StreamOffsets
-    from atlasbus.stream_plan import StreamPlan
-
-    module: Any = importlib.import_module("pyspark_atlasbus.stream_reader")
-    original = module.batch_end
-
-    class ProposedReader(module.AtlasbusStreamReader):  # type: ignore[misc]
-        _last_infos: Any = None
-
-        def latestOffset(self, start: Any, limit: Any) -> Any:
-            def recording(*args: Any, **kwargs: Any) -> Any:
-                end = original(*args, **kwargs)
-                self._last_infos = end.infos
-                return end
-
-            module.batch_end = recording
-            try:
-                return super().latestOffset(start, limit)
-            finally:
-                module.batch_end = original
-
-        def reportLatestOffset(self) -> Any:
-            infos, self._last_infos = self._last_infos, None
-            if infos is None:
-                return super().reportLatestOffset()
-            plans = {
-                stream: StreamPlan(info.last_generated, index=info.entries_added)
-                for stream, info in infos.items()
-                if info is not None
-            }
-            return StreamOffsets.from_plans(plans).to_dict()
-
-        def _mirror_group(self, committed: Any) -> None:
-            previous = getattr(self, "_mirrored", None)
-            if self.options.group is None or not committed or committed == previous:
-                return
-            self._catalog.move_group(dict(committed), self.options.group, previous=previous)
-            self._mirrored = committed
-
-    return ProposedReader
-
-
 def new_run() -> dict[str, Any]:
     return {}
 
@@ -230,15 +177,13 @@ def measure(
     entries: int,
     repeat: int,
     trips: RoundTrips,
-    *,
-    proposed: bool,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     cap = streams * entries // 2
     for name in QUERIES:
         runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
         for _ in range(repeat):  # a new query each time: every stream is new to it
-            query = Query(url, prefix, name, cap, proposed=proposed)
+            query = Query(url, prefix, name, cap)
             with measured(client, trips, run := new_run()):
                 query.start()
             runs["start"].append(run)
@@ -345,9 +290,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per case (median)")
     parser.add_argument("--label", default="after", help="name of this run in the JSON")
     parser.add_argument("--redis-server", help="redis-server binary (default: as the tests)")
-    parser.add_argument(
-        "--proposed-reader", action="store_true", help="the reader with the proposed changes"
-    )
     parser.add_argument("--source", help="repository copy to import atlasbus from")
     parser.add_argument("--other-keys", type=int, default=0, help="keys that are not streams")
     args = parser.parse_args()
@@ -385,7 +327,6 @@ def main() -> None:
                 args.entries,
                 args.repeat,
                 trips,
-                proposed=args.proposed_reader,
             )
     print_table(rows)
     report = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
@@ -397,7 +338,6 @@ def main() -> None:
         "entries_per_stream": args.entries,
         "other_keys": args.other_keys,
         "repeat": args.repeat,
-        "reader": "proposed" if args.proposed_reader else "as is",
         "source": str(source),
         "rows": rows,
     }
