@@ -49,9 +49,9 @@ def new_entries_at_least(
 
     Cheapest answer first, stream by stream: the admission-control walk when there was one;
     the whole stream's length for a stream the query has not read yet; Redis 7's
-    ``entries-added`` minus the count recorded at ``start`` (an over-count only when entries
-    were deleted meanwhile, which releases a batch early, never late); else a walk of at most
-    the entries still missing.
+    ``entries-added`` minus the count recorded at ``start`` (``entries_read``; an over-count
+    when entries were deleted meanwhile, which releases a batch early, never late); else a
+    walk of at most the entries still missing.
     """
     total = 0
     for stream in sorted(end):
@@ -68,7 +68,7 @@ def new_entries_at_least(
         if info is not None and after == ZERO and end[stream] == info.last_generated:
             total += info.length
             continue
-        index = start.plan(stream).index if stream in start else None
+        index = start.plan(stream).entries_read if stream in start else None
         if (
             info is not None
             and info.entries_added is not None
