@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from atlasbus import dlq_cli
+from atlasbus import cli_common, dlq_cli
 from atlasbus.connection import RedisEndpoint, translate_errors
 from atlasbus.dead_letters import COLUMNS, DeadLetter, DeadLetterTable
 from atlasbus.dead_letters.table import SUMMARY_BY
@@ -190,7 +190,7 @@ def test_refused_credentials_are_worded_for_the_command_line() -> None:
     endpoint = RedisEndpoint.from_options("redis://u:secret@h:6379/0", None, None)
     with pytest.raises(RedisUnavailableError) as raised, translate_errors(endpoint):
         raise redis.AuthenticationError("WRONGPASS invalid username-password pair.")
-    assert dlq_cli.cli_wording(str(raised.value)) == (
+    assert cli_common.cli_wording(str(raised.value)) == (
         "Redis at h:6379 refused user 'u': WRONGPASS invalid username-password pair. "
         "Check the user name and password in --url (or $REDIS_URL)."
     )

@@ -17,20 +17,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import textwrap
 import warnings
 from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 from deltalake.exceptions import DeltaError
 
-from atlasbus.connection import RedisEndpoint
+from atlasbus.cli_common import (
+    HelpFormatter,
+    cell,
+    cli_wording,
+    duration,
+    endpoint_from_flag,
+    format_table,
+    non_empty,
+    positive,
+)
 from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX, DEFAULT_SWEEP_MIN_IDLE_MS
-from atlasbus.option_reader import OptionReader
 from atlasbus.reaper import SweepResult, sweep_retry_exhausted
 from atlasbus.source_options import Subscription, SweepPolicy
 from atlasbus.streams import StreamCatalog
@@ -56,51 +62,6 @@ WHERE_HELP = (
 AGAIN = "use --again"
 """How the command line says ``again=True`` in a refusal (``Refused.explain``)."""
 
-CLI_WORDING: Final = (
-    ("option 'url' (or $REDIS_URL)", "--url (or $REDIS_URL)"),
-    (
-        "Check the 'username' and 'password' options (or the credentials in 'url').",
-        "Check the user name and password in --url (or $REDIS_URL).",
-    ),
-    ("check the deadLetterTable option for a typo", "check --table for a typo"),
-    (
-        "point deadLetterTable at a new path or an atlasbus dead-letter table",
-        "point --table at an atlasbus dead-letter table",
-    ),
-    ("option 'sweepGroup'", "--group"),
-    (
-        "the streams swept (options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a "
-        "topic names the stream '{streamPrefix}:{topic}')",
-        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')",
-    ),
-    ("and the streams", "and --topics / --stream-prefix"),
-)
-"""The core's words for what the command line calls by a flag, and the command line's words."""
-
-
-def cli_wording(message: str) -> str:
-    """``message`` (from the core) with its option and argument names replaced by the flags."""
-    for api, cli in CLI_WORDING:
-        message = message.replace(api, cli)
-    return message
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, but it wraps only at spaces: a column name, a flag or a
-    ``{stream-prefix}:{topic}`` is never cut across lines."""
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return _wrap(text, width)
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(indent + line for line in _wrap(text, width - len(indent)))
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(
-        " ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False
-    )
-
 
 def register(subparsers: Any) -> None:
     """Add the ``dlq`` command group to the ``atlasbus`` command line."""
@@ -122,7 +83,7 @@ def register(subparsers: Any) -> None:
         "full dead_letter_id with --full).",
     )
     _common(show)
-    show.add_argument("--limit", type=_positive, default=20, help="rows to show (default 20)")
+    show.add_argument("--limit", type=positive, default=20, help="rows to show (default 20)")
     show.add_argument(
         "--columns",
         default=",".join(SHOW_COLUMNS),
@@ -166,18 +127,18 @@ def register(subparsers: Any) -> None:
     _common(replay)
     replay.add_argument(
         "--limit",
-        type=_positive,
+        type=positive,
         help="replay at most this many, oldest first; dead letters refused (replayed before, "
         "nothing to publish) do not count",
     )
     replay.add_argument(
         "--url",
-        type=_non_empty,
+        type=non_empty,
         help="Redis URL to publish to (default $REDIS_URL, else redis://localhost:6379/0)",
     )
     replay.add_argument(
         "--stream-prefix",
-        type=_non_empty,
+        type=non_empty,
         default=DEFAULT_STREAM_PREFIX,
         help=f"publish to {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
@@ -202,21 +163,21 @@ def register(subparsers: Any) -> None:
     )
     sweep.add_argument(
         "--table",
-        type=_non_empty,
+        type=non_empty,
         required=True,
         help="the dead-letter table: a path or a delta-rs URI (created if missing)",
     )
-    sweep.add_argument("--group", type=_non_empty, required=True, help="the consumer group")
+    sweep.add_argument("--group", type=non_empty, required=True, help="the consumer group")
     sweep.add_argument(
         "--max-deliveries",
-        type=_positive,
+        type=positive,
         required=True,
         help="deliveries after which a pending entry is given up on (the handlers' retry "
         "limit, e.g. 3)",
     )
     sweep.add_argument(
         "--min-idle",
-        type=_duration,
+        type=duration,
         default=DEFAULT_SWEEP_MIN_IDLE_MS,
         help="how long an entry must have been pending since its last delivery: 500ms, 2s, "
         "15m, 1h, 1d; a bare number is milliseconds (default 60s)",
@@ -226,19 +187,19 @@ def register(subparsers: Any) -> None:
     )
     sweep.add_argument(
         "--topics",
-        type=_non_empty,
+        type=non_empty,
         help="comma-separated topics to sweep (default: every stream {stream-prefix}:*)",
     )
     sweep.add_argument(
         "--stream-prefix",
         "--prefix",
-        type=_non_empty,
+        type=non_empty,
         default=DEFAULT_STREAM_PREFIX,
         help=f"streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
     sweep.add_argument(
         "--url",
-        type=_non_empty,
+        type=non_empty,
         help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
     )
     sweep.add_argument(
@@ -252,17 +213,11 @@ def register(subparsers: Any) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--table",
-        type=_non_empty,
+        type=non_empty,
         required=True,
         help="the dead-letter table: a path or a delta-rs URI",
     )
-    parser.add_argument("--where", type=_non_empty, help=WHERE_HELP)
-
-
-def _non_empty(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
+    parser.add_argument("--where", type=non_empty, help=WHERE_HELP)
 
 
 def _frequency(text: str) -> str:
@@ -282,24 +237,6 @@ def _frequency(text: str) -> str:
     return text
 
 
-def _duration(text: str) -> int:
-    """A duration as the source's ``sweepMinIdle`` takes it (``OptionReader.duration_ms``)."""
-    try:
-        return OptionReader({"--min-idle": text}).duration_ms("--min-idle", 0)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("option '--min-idle' ")) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def _columns(text: str, what: str, *, allow_none: bool = False) -> list[str]:
     names = [c.strip() for c in text.split(",") if c.strip()]
     unknown = [c for c in names if c not in COLUMNS]
@@ -308,16 +245,6 @@ def _columns(text: str, what: str, *, allow_none: bool = False) -> list[str]:
     if not names and not allow_none:
         raise AtlasbusError(f"{what}: names no column; valid: {', '.join(COLUMNS)}")
     return names
-
-
-def _endpoint(url: str | None) -> RedisEndpoint:
-    """Where to publish, from --url, else $REDIS_URL, else localhost; errors name the source."""
-    source = "--url" if url is not None else "$REDIS_URL"
-    try:
-        return RedisEndpoint.from_options(url, None, None)
-    except ConfigurationError as exc:
-        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
-        raise ConfigurationError(text.replace("option 'url'", source)) from None
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -338,7 +265,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     for row in rows:  # a short ID, like git's: enough to tell dead letters apart
         if width is not None and row.get("dead_letter_id"):
             row["dead_letter_id"] = row["dead_letter_id"][:ID_WIDTH]
-    cells = [[_cell(row[c], width=width) for c in columns] for row in rows]
+    cells = [[cell(row[c], width=width) for c in columns] for row in rows]
     out.write(format_table(columns, cells))
     out.write(f"{len(rows)} of {total} dead letter(s)\n")
     return 0
@@ -353,7 +280,7 @@ def _summary(args: argparse.Namespace, out: TextIO) -> int:
     by = _columns(args.by, "--by", allow_none=True)
     frame = DeadLetterTable(args.table).summary(by=by, freq=args.freq, filter=args.where)
     headers = [str(c) for c in frame.columns]
-    cells = [[_cell(v, width=CELL_WIDTH) for v in row] for row in frame.itertuples(index=False)]
+    cells = [[cell(v, width=CELL_WIDTH) for v in row] for row in frame.itertuples(index=False)]
     out.write(format_table(headers, cells))
     out.write(f"{int(frame['count'].sum()) if len(frame) else 0} dead letter(s)\n")
     return 0
@@ -367,7 +294,7 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
     result = replay_dead_letters(
         DeadLetterTable(args.table),
-        endpoint=_endpoint(args.url),
+        endpoint=endpoint_from_flag(args.url),
         where=args.where,
         stream_prefix=args.stream_prefix,
         again=args.again,
@@ -422,7 +349,7 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _sweep(args: argparse.Namespace, out: TextIO) -> int:
-    endpoint = _endpoint(args.url)
+    endpoint = endpoint_from_flag(args.url)
     prefix = args.stream_prefix
     if args.topics is not None:
         topics = [t.strip() for t in args.topics.split(",") if t.strip()]
@@ -503,48 +430,6 @@ def write_sweep_report(result: SweepResult, out: TextIO) -> None:
             f"{total.gone} recorded but gone from the pending list before the claim "
             "(acknowledged by their consumer, or deleted from the stream)\n"
         )
-
-
-# --- plain-text tables ---------------------------------------------------------------------------
-
-
-def _cell(value: Any, *, width: int | None) -> str:
-    if value is None:
-        text = "-"
-    elif isinstance(value, datetime):
-        text = value.strftime("%Y-%m-%d %H:%M:%S")
-    elif isinstance(value, list):  # a map, as Arrow gives it
-        text = "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
-    elif hasattr(value, "isoformat") and hasattr(value, "strftime"):
-        text = value.strftime("%Y-%m-%d %H:%M:%S")
-    else:
-        text = str(value)
-    text = " ".join(text.split())  # one line per row
-    if width is not None and len(text) > width:
-        text = text[: width - 3] + "..."
-    return text
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Aligned columns under a header and a rule; numbers right-aligned."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if right else c.ljust(w)
-            for c, w, right in zip(cells, widths, numeric, strict=True)
-        ]
-        return "  ".join(parts).rstrip() + "\n"
-
-    text = line(headers) + line(["-" * w for w in widths])
-    return text + "".join(line(row) for row in rows)
-
-
-def _is_number(text: str) -> bool:
-    return text.lstrip("-").replace(".", "", 1).isdigit() or text == "-"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,9 +20,15 @@ from typing import Any, TextIO
 
 from deltalake.exceptions import DeltaError
 
-from atlasbus.connection import RedisEndpoint
-from atlasbus.dlq_cli import HelpFormatter, cli_wording
-from atlasbus.errors import AtlasbusError, ConfigurationError
+from atlasbus.cli_common import (
+    HelpFormatter,
+    cli_wording,
+    endpoint_from_flag,
+    non_empty,
+    positive,
+    topics,
+)
+from atlasbus.errors import AtlasbusError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.status import BusStatus, bus_status
 from atlasbus.status_report import render_json, render_prometheus, render_table
@@ -44,25 +50,25 @@ def register(subparsers: Any) -> None:
     )
     status.add_argument(
         "--url",
-        type=_non_empty,
+        type=non_empty,
         help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
     )
     status.add_argument(
         "--prefix",
         "--stream-prefix",
         dest="prefix",
-        type=_non_empty,
+        type=non_empty,
         default=DEFAULT_STREAM_PREFIX,
         help=f"the streams {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
     status.add_argument(
         "--topics",
-        type=_topics,
+        type=topics,
         help="comma-separated topics to show (default: every stream under the prefix)",
     )
     status.add_argument(
         "--table",
-        type=_non_empty,
+        type=non_empty,
         help="also count the dead letters of this dead-letter table (a path or a delta-rs URI)",
     )
     form = status.add_mutually_exclusive_group()
@@ -81,27 +87,14 @@ def register(subparsers: Any) -> None:
     )
     status.add_argument(
         "--output",
-        type=_non_empty,
+        type=non_empty,
         metavar="FILE",
         help="write each report to FILE instead of standard output, replacing it atomically "
         "(a textfile collector never reads half a file)",
     )
     # Bounds --watch (tests, scripts): stop after this many reports.
-    status.add_argument("--count", type=_positive, help=argparse.SUPPRESS)
+    status.add_argument("--count", type=positive, help=argparse.SUPPRESS)
     status.set_defaults(run=run_status)
-
-
-def _non_empty(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
-
-
-def _topics(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"names no topic, got {text!r}; e.g. --topics orders,pay")
-    return names
 
 
 def _seconds(text: str) -> float:
@@ -112,26 +105,6 @@ def _seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _endpoint(url: str | None) -> RedisEndpoint:
-    """The server, from --url, else $REDIS_URL, else localhost; errors name the source."""
-    source = "--url" if url is not None else "$REDIS_URL"
-    try:
-        return RedisEndpoint.from_options(url, None, None)
-    except ConfigurationError as exc:
-        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
-        raise ConfigurationError(text.replace("option 'url'", source)) from None
 
 
 def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -154,7 +127,7 @@ def _error(message: str) -> int:
 
 
 def _status(args: argparse.Namespace, out: TextIO) -> int:
-    endpoint = _endpoint(args.url)
+    endpoint = endpoint_from_flag(args.url)
     render = _renderer(args)
     reports = 0
     while True:

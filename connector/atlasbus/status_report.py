@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from atlasbus.dlq_cli import format_table
+from atlasbus.cli_common import format_table
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.status import BusStatus, GroupStatus, StreamStatus, id_time
 

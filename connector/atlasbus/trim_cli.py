@@ -16,10 +16,16 @@ from typing import Any, TextIO
 
 import redis
 
-from atlasbus.connection import RedisEndpoint
-from atlasbus.dlq_cli import HelpFormatter, cli_wording, format_table
+from atlasbus.cli_common import (
+    HelpFormatter,
+    cli_wording,
+    endpoint_from_flag,
+    format_table,
+    non_empty,
+    topics,
+)
 from atlasbus.entry_id import EntryId
-from atlasbus.errors import AtlasbusError, ConfigurationError
+from atlasbus.errors import AtlasbusError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.retention import DRY_RUN_COUNT_LIMIT, TrimResult, trim_consumed
 from atlasbus.source_options import Subscription
@@ -43,20 +49,20 @@ def register(subparsers: Any) -> None:
     )
     trim.add_argument(
         "--url",
-        type=_non_empty,
+        type=non_empty,
         help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
     )
     trim.add_argument(
         "--prefix",
         "--stream-prefix",
         dest="prefix",
-        type=_non_empty,
+        type=non_empty,
         default=DEFAULT_STREAM_PREFIX,
         help=f"stream prefix: streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
     trim.add_argument(
         "--topics",
-        type=_topics,
+        type=topics,
         help="comma-separated topics to trim (default: every stream under the prefix)",
     )
     trim.add_argument(
@@ -69,34 +75,11 @@ def register(subparsers: Any) -> None:
     trim.set_defaults(run=run_trim)
 
 
-def _non_empty(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
-
-
-def _topics(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(","))
-    if not names or any(not name for name in names):
-        raise argparse.ArgumentTypeError(f"must be comma-separated topic names, got {text!r}")
-    return names
-
-
-def _endpoint(url: str | None) -> RedisEndpoint:
-    """From --url, else $REDIS_URL, else localhost; errors name where the URL came from."""
-    source = "--url" if url is not None else "$REDIS_URL"
-    try:
-        return RedisEndpoint.from_options(url, None, None)
-    except ConfigurationError as exc:
-        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
-        raise ConfigurationError(text.replace("option 'url'", source)) from None
-
-
 def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Exit status 0 when done (also when nothing went), 2 on an error (one line on stderr)."""
     out = out or sys.stdout
     try:
-        endpoint = _endpoint(args.url)
+        endpoint = endpoint_from_flag(args.url)
         if args.topics is not None:
             subscription = Subscription("topics", args.topics, args.prefix)
         else:

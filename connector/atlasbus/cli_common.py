@@ -1,0 +1,143 @@
+"""What every ``atlasbus`` command line shares: flag types, the URL flag, tables, wording.
+
+The core's errors name Spark options and Python arguments; the command line names its flags,
+so ``cli_wording`` rewrites the one into the other. Runs in the command line's process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from atlasbus.connection import RedisEndpoint
+from atlasbus.errors import ConfigurationError
+from atlasbus.option_reader import OptionReader
+
+CLI_WORDING: Final = (
+    ("option 'url' (or $REDIS_URL)", "--url (or $REDIS_URL)"),
+    (
+        "Check the 'username' and 'password' options (or the credentials in 'url').",
+        "Check the user name and password in --url (or $REDIS_URL).",
+    ),
+    ("check the deadLetterTable option for a typo", "check --table for a typo"),
+    (
+        "point deadLetterTable at a new path or an atlasbus dead-letter table",
+        "point --table at an atlasbus dead-letter table",
+    ),
+    ("option 'sweepGroup'", "--group"),
+    (
+        "the streams swept (options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a "
+        "topic names the stream '{streamPrefix}:{topic}')",
+        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')",
+    ),
+    ("and the streams", "and --topics / --stream-prefix"),
+)
+"""The core's words for what the command line calls by a flag, and the command line's words."""
+
+
+def cli_wording(message: str) -> str:
+    """``message`` (from the core) with its option and argument names replaced by the flags."""
+    for api, cli in CLI_WORDING:
+        message = message.replace(api, cli)
+    return message
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but it wraps only at spaces: a column name, a flag or a
+    ``{stream-prefix}:{topic}`` is never cut across lines."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(text, width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in _wrap(text, width - len(indent)))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(
+        " ".join(text.split()), max(width, 20), break_long_words=False, break_on_hyphens=False
+    )
+
+
+def non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def topics(text: str) -> tuple[str, ...]:
+    """``--topics a,b``: names without blanks between the commas."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not names or any(not name for name in names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated topic names, got {text!r}")
+    return names
+
+
+def duration(text: str) -> int:
+    """A duration as the source's options take one (``OptionReader.duration_ms``), in ms."""
+    try:
+        return OptionReader({"value": text}).duration_ms("value", 0)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("option 'value' ")) from None
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def endpoint_from_flag(url: str | None) -> RedisEndpoint:
+    """The server from ``--url``, else ``$REDIS_URL``, else localhost; errors name which."""
+    source = "--url" if url is not None else "$REDIS_URL"
+    try:
+        return RedisEndpoint.from_options(url, None, None)
+    except ConfigurationError as exc:
+        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
+        raise ConfigurationError(text.replace("option 'url'", source)) from None
+
+
+def cell(value: Any, *, width: int | None) -> str:
+    if value is None:
+        text = "-"
+    elif isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+    elif isinstance(value, list):  # a map, as Arrow gives it
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
+    elif hasattr(value, "isoformat") and hasattr(value, "strftime"):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+    else:
+        text = str(value)
+    text = " ".join(text.split())  # one line per row
+    if width is not None and len(text) > width:
+        text = text[: width - 3] + "..."
+    return text
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns under a header and a rule; numbers right-aligned."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    numeric = [bool(rows) and all(_is_number(row[i]) for row in rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if right else c.ljust(w)
+            for c, w, right in zip(cells, widths, numeric, strict=True)
+        ]
+        return "  ".join(parts).rstrip() + "\n"
+
+    text = line(headers) + line(["-" * w for w in widths])
+    return text + "".join(line(row) for row in rows)
+
+
+def _is_number(text: str) -> bool:
+    return text.lstrip("-").replace(".", "", 1).isdigit() or text == "-"
