@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,12 +18,9 @@ from atlasbus.dead_letters import (
     SOURCE_DECODE,
     DeadLetter,
     DeadLetterTable,
-    DeadLetterTableError,
     QueryContext,
 )
-from pyspark_atlasbus.dead_letters import delta_jars_available, read_dead_letters
-
-pytestmark = pytest.mark.spark
+from pyspark_atlasbus.dead_letters import read_dead_letters
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 NAIVE_T0 = T0.replace(tzinfo=None)  # Spark collects timestamps in the session zone (UTC)
@@ -56,25 +56,18 @@ def table(tmp_path: Path) -> DeadLetterTable:
     return dlq
 
 
-def test_view_without_delta_jars_reads_through_delta_rs(
-    spark: Any, table: DeadLetterTable, caplog: pytest.LogCaptureFixture
-) -> None:
-    assert not delta_jars_available(spark)  # this machine has no Delta Lake jars
-    with caplog.at_level(logging.INFO, logger="atlasbus.dead_letters"):
-        df = read_dead_letters(spark, table.uri)
-    lines = [r.getMessage() for r in caplog.records if r.name == "atlasbus.dead_letters"]
-    assert lines == [
-        f"reading dead-letter table {table.uri} through delta-rs and Arrow "
-        "(the Delta Lake jars are not on Spark's classpath)"
-    ]
+SCHEMA = (
+    "struct<dead_letter_id:string,stage:string,reason:string,error:string,topic:string,"
+    "stream:string,entry_id:string,correlation_id:string,priority:int,delivery_attempts:int,"
+    "payload:string,fields:map<string,string>,query_id:string,query_name:string,"
+    "batch_id:bigint,dead_lettered_at:timestamp,replay_count:int,last_replayed_at:timestamp,"
+    "last_replay_entry_id:string>"
+)
+
+
+def check_rows(df: Any, table: DeadLetterTable) -> None:
     assert df.columns == list(COLUMNS)
-    assert df.schema.simpleString() == (
-        "struct<dead_letter_id:string,stage:string,reason:string,error:string,topic:string,"
-        "stream:string,entry_id:string,correlation_id:string,priority:int,delivery_attempts:int,"
-        "payload:string,fields:map<string,string>,query_id:string,query_name:string,"
-        "batch_id:bigint,dead_lettered_at:timestamp,replay_count:int,last_replayed_at:timestamp,"
-        "last_replay_entry_id:string>"
-    )
+    assert df.schema.simpleString() == SCHEMA
     rows = [r.asDict() for r in df.orderBy("dead_lettered_at").collect()]
     by_time = table.to_arrow().sort_by("dead_lettered_at")
     assert [r["dead_letter_id"] for r in rows] == by_time.column("dead_letter_id").to_pylist()
@@ -100,6 +93,18 @@ def test_view_without_delta_jars_reads_through_delta_rs(
     assert df.filter("stage = 'sink-publish'").count() == 1  # a real DataFrame: Spark SQL works
 
 
+def test_view_through_delta_rs(
+    spark: Any, table: DeadLetterTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="atlasbus.dead_letters"):
+        df = read_dead_letters(spark, table.uri, engine="delta-rs")
+    lines = [r.getMessage() for r in caplog.records if r.name == "atlasbus.dead_letters"]
+    assert lines == [
+        f"reading dead-letter table {table.uri} through delta-rs and Arrow (requested)"
+    ]
+    check_rows(df, table)
+
+
 def test_view_of_an_empty_table_has_the_schema(spark: Any, tmp_path: Path) -> None:
     empty = DeadLetterTable(tmp_path / "empty")
     empty.create()
@@ -108,32 +113,85 @@ def test_view_of_an_empty_table_has_the_schema(spark: Any, tmp_path: Path) -> No
     assert df.count() == 0
 
 
-def test_asking_for_delta_spark_without_the_jars_says_what_to_do(
-    spark: Any, table: DeadLetterTable
-) -> None:
-    with pytest.raises(DeadLetterTableError, match=r"engine='delta-spark'.*engine='auto'"):
-        read_dead_letters(spark, table.uri, engine="delta-spark")
+def test_view_refuses_a_bad_engine_or_version(spark: Any, table: DeadLetterTable) -> None:
     with pytest.raises(ValueError, match=r"'spark' is not a valid engine. Valid values are"):
         read_dead_letters(spark, table.uri, engine="spark")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^version must be a non-negative Delta table version"):
+        read_dead_letters(spark, table.uri, version=-1)
 
 
 @pytest.mark.delta_jars
 def test_delta_spark_reads_the_table_delta_rs_wrote(
-    spark: Any, table: DeadLetterTable, caplog: pytest.LogCaptureFixture
+    delta_spark: Any, table: DeadLetterTable, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Where the Delta Lake jars load (a cluster), delta-spark reads what delta-rs wrote."""
-    if not delta_jars_available(spark):
-        pytest.skip(
-            "the test session starts Spark without the Delta Lake jars (Maven Central is "
-            "reachable: loading them in local_session is issue 15); the delta-rs path is tested"
-        )
+    """With the Delta Lake jars loaded, ``auto`` reads through delta-spark: the same rows."""
     with caplog.at_level(logging.INFO, logger="atlasbus.dead_letters"):
-        native = read_dead_letters(spark, table.uri)
-    assert "through delta-spark" in caplog.records[-1].getMessage()
-    arrow = read_dead_letters(spark, table.uri, engine="delta-rs")
-    assert native.schema.simpleString() == arrow.schema.simpleString()  # nullability aside
+        native = read_dead_letters(delta_spark, table.uri)
+    assert caplog.records[-1].getMessage() == (
+        f"reading dead-letter table {table.uri} through delta-spark "
+        "(the Delta Lake jars are on the classpath)"
+    )
+    check_rows(native, table)
+    arrow = read_dead_letters(delta_spark, table.uri, engine="delta-rs")
     key = "dead_letter_id"
     assert native.orderBy(key).collect() == arrow.orderBy(key).collect()
+    # time travel: version 1 is the append, before the replay was recorded
+    (old,) = (
+        read_dead_letters(delta_spark, table.uri, version=1)
+        .filter("stage = 'sink-publish'")
+        .collect()
+    )
+    assert (old["replay_count"], old["last_replay_entry_id"]) == (0, None)
+
+
+WITHOUT_JARS = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+from pyspark_atlasbus.session import local_session
+from pyspark_atlasbus.dead_letters import read_dead_letters, stream_dead_letters
+
+spark = local_session("no-jars", delta=False)
+df = read_dead_letters(spark, sys.argv[1])
+print("rows", df.count(), flush=True)
+for action in (
+    lambda: read_dead_letters(spark, sys.argv[1], engine="delta-spark"),
+    lambda: stream_dead_letters(spark, sys.argv[1]),
+):
+    try:
+        action()
+    except Exception as exc:
+        print(type(exc).__name__, str(exc), flush=True)
+spark.stop()
+"""
+
+
+def test_without_the_jars_the_view_reads_through_delta_rs_and_says_what_to_do(
+    table: DeadLetterTable,
+) -> None:
+    """A session without the jars (``local_session(delta=False)``, in a child process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_JARS, table.uri],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("py4j")]
+    source = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+    assert lines == [
+        f"atlasbus.dead_letters: reading dead-letter table {table.uri} through delta-rs and "
+        "Arrow (the Delta Lake jars are not on Spark's classpath)",
+        "rows 2",
+        f"DeadLetterTableError cannot read dead-letter table {table.uri!r} with "
+        f"engine='delta-spark': Spark cannot load {source}; put the Delta Lake jars on Spark's "
+        "classpath (pyspark_atlasbus.session.local_session loads them) or use engine='auto' to "
+        "read through delta-rs",
+        f"DeadLetterTableError cannot stream dead-letter table {table.uri!r}: Spark cannot load "
+        f"{source}; start Spark with the Delta Lake jars (local_session loads them when Maven "
+        "Central or the Ivy cache has them; on a cluster see docs/dead-letters.md)",
+    ]
+    assert "Ivy" not in done.stderr  # delta=False: no resolution attempted
 
 
 def test_spark_computes_the_same_dead_letter_ids(spark: Any) -> None:

@@ -3,10 +3,13 @@
 ``with_dead_letters`` wraps a ``foreachBatch`` function so rows failing a check, or rows the
 function rejects, are recorded with stage ``processing``.
 
-Where Spark has delta-spark on its classpath the table is read natively (``format("delta")``:
-lazy, distributed, Spark's own storage settings). Elsewhere it is read on the driver with
+Where Spark has delta-spark on its classpath (``local_session`` loads it when it can) the table
+is read natively (``format("delta")``: lazy, distributed, Spark's own storage settings, time
+travel, and ``stream_dead_letters`` for alerting). Elsewhere it is read on the driver with
 delta-rs and handed to Spark as Arrow, which needs no jars; dead-letter tables are small, so
-this is the right trade on a laptop or a cluster without Delta. Runs on the driver.
+this is the right trade on a laptop or a cluster without Delta. Both show one row per
+``dead_letter_id`` (the first recorded), as ``DeadLetterTable.to_arrow`` does. Runs on the
+driver.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.functions import coalesce, expr, lit
+from pyspark.sql.functions import coalesce, col, expr, lit, row_number
+from pyspark.sql.window import Window
 
 from atlasbus.dead_letters import (
+    COLUMNS,
     PROCESSING,
     DeadLetter,
     DeadLetterTable,
@@ -59,12 +64,18 @@ def read_dead_letters(
     storage_options: Mapping[str, str] | None = None,
     *,
     engine: Engine = "auto",
+    version: int | None = None,
+    all_rows: bool = False,
 ) -> DataFrame:
     """The dead-letter table at ``uri`` as a DataFrame with the contract's columns.
 
     ``engine="auto"`` uses delta-spark when its jars load, else delta-rs; one INFO line says
     which and why. ``storage_options`` are delta-rs's; delta-spark uses Spark's Hadoop settings.
+    ``version`` reads the table as it was at that Delta version (``versionAsOf``; delta-rs
+    loads that version). One row per ``dead_letter_id`` unless ``all_rows``.
     """
+    if version is not None and version < 0:
+        raise ValueError(f"version must be a non-negative Delta table version, got {version}")
     if engine not in ENGINES:
         raise ValueError(f"{engine!r} is not a valid engine. Valid values are: {list(ENGINES)}")
     path = fspath(uri)
@@ -77,15 +88,56 @@ def read_dead_letters(
         raise DeadLetterTableError(
             f"cannot read dead-letter table {path!r} with engine='delta-spark': Spark cannot load "
             f"{_DELTA_SOURCE_CLASS}; put the Delta Lake jars on Spark's classpath "
-            "(io.delta:delta-spark_2.13) or use engine='auto' to read through delta-rs"
+            "(pyspark_atlasbus.session.local_session loads them) or use engine='auto' to read "
+            "through delta-rs"
         )
     else:
         use_delta_spark, why = False, "the Delta Lake jars are not on Spark's classpath"
     if use_delta_spark:
         log.info("reading dead-letter table %s through delta-spark (%s)", path, why)
-        return spark.read.format("delta").load(path)
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        frame = reader.load(path).select(*COLUMNS)
+        return frame if all_rows else first_of_each_id(frame)
     log.info("reading dead-letter table %s through delta-rs and Arrow (%s)", path, why)
-    return spark.createDataFrame(DeadLetterTable(path, storage_options).to_arrow())
+    table = DeadLetterTable(path, storage_options, version=version)
+    return spark.createDataFrame(table.to_arrow(all_rows=all_rows))
+
+
+def first_of_each_id(frame: DataFrame) -> DataFrame:
+    """One row per ``dead_letter_id``, the first recorded: the order ``to_arrow`` uses."""
+    first = Window.partitionBy("dead_letter_id").orderBy("dead_lettered_at", "query_id", "batch_id")
+    return (
+        frame.withColumn("_atlasbus_n", row_number().over(first))
+        .filter(col("_atlasbus_n") == 1)
+        .drop("_atlasbus_n")
+    )
+
+
+def stream_dead_letters(spark: SparkSession, uri: str | PathLike[str]) -> DataFrame:
+    """New dead letters as a streaming DataFrame (``readStream.format("delta")``), for alerts.
+
+    Needs delta-spark. Every appended row arrives once per query (its checkpoint keeps the
+    table version read). ``skipChangeCommits`` is set: a replay rewrites rows it counts
+    (a MERGE), which a Delta stream would otherwise refuse as a change to its source; OPTIMIZE
+    commits carry no new data and are skipped by Delta itself. A dead letter recorded twice
+    under two app IDs (module docstring of ``atlasbus.dead_letters.table``) arrives twice: use
+    ``dropDuplicatesWithinWatermark`` on ``dead_letter_id`` if that matters. Driver.
+    """
+    path = fspath(uri)
+    if not delta_jars_available(spark):
+        raise DeadLetterTableError(
+            f"cannot stream dead-letter table {path!r}: Spark cannot load {_DELTA_SOURCE_CLASS}; "
+            "start Spark with the Delta Lake jars (local_session loads them when Maven Central "
+            "or the Ivy cache has them; on a cluster see docs/dead-letters.md)"
+        )
+    return (
+        spark.readStream.format("delta")
+        .option("skipChangeCommits", "true")
+        .load(path)
+        .select(*COLUMNS)
+    )
 
 
 # --- foreachBatch: route rejected rows to the table ------------------------------------------

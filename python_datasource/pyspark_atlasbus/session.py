@@ -9,6 +9,15 @@ Spark has already logged its start-up warnings, so the JVM is also started with 
 configuration shipped next to this module (errors only; see ``log4j2.properties``). One line
 remains, ``WARNING: Using incubator modules: jdk.incubator.vector``: the JVM itself prints it
 for the ``--add-modules`` flag Spark's launcher always passes, before any logging exists.
+
+Delta Lake: by default the session is started with delta-spark's jars (``spark.jars.packages``,
+the coordinate ``delta.configure_spark_with_delta_pip`` computes from the installed delta-spark,
+fetched by Spark's Ivy resolver from Maven Central on first use and cached in ``~/.ivy2.5.2``)
+and its SQL extension and catalog, so ``format("delta")``, ``delta.`path``` SQL, OPTIMIZE and
+VACUUM work. When they cannot be had (no network on first use, no cache), Spark's launcher
+exits; the session is then started again without them, one line on stderr says so, and
+atlasbus reads and writes its Delta tables with delta-rs. ``delta_lake_note()`` returns that
+line (None when the jars loaded).
 """
 
 from __future__ import annotations
@@ -18,12 +27,38 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Errors only from the JVM's start; ``local_session(quiet=True)`` points log4j2 at it."""
 
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+DELTA_EXTENSIONS: Mapping[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""What delta-spark needs beyond its jars (Delta's own quick start sets the same two)."""
+
+_note: str | None = None
+
+
+def delta_lake_note() -> str | None:
+    """Why the last ``local_session`` started without the Delta Lake jars; None if they loaded."""
+    return _note
+
+
+def delta_package() -> str:
+    """The Maven coordinate of delta-spark's jar matching the installed delta-spark and pyspark.
+
+    Asked of ``configure_spark_with_delta_pip`` itself (on a throwaway builder), so the version
+    is the installed Python package's, never a second copy kept here.
+    """
+    from delta import configure_spark_with_delta_pip
+
+    builder = configure_spark_with_delta_pip(SparkSession.Builder())
+    return str(builder._options["spark.jars.packages"])
 
 
 def local_session(
@@ -34,6 +69,7 @@ def local_session(
     config: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
     quiet: bool = True,
+    delta: bool | None = None,
 ) -> SparkSession:
     """Get or create a local session whose Python workers run this interpreter.
 
@@ -43,7 +79,13 @@ def local_session(
     on the command line and wins. A ``local`` master binds to 127.0.0.1 unless
     ``$SPARK_LOCAL_IP`` says otherwise: nothing outside this machine needs to reach the driver,
     and Spark no longer warns that the hostname resolves to a loopback address.
+
+    ``delta``: None (default) loads the Delta Lake jars when they can be had, else starts
+    without them and prints one line saying so; True requires them (the launcher's error is
+    raised); False never loads them. A ``spark.jars.packages`` in ``config`` is kept, with
+    delta-spark added. When a session already exists, it is returned as it is.
     """
+    global _note
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -53,16 +95,44 @@ def local_session(
         ours = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
         theirs = settings.get(_DRIVER_JAVA_OPTIONS, "").strip()
         settings[_DRIVER_JAVA_OPTIONS] = f"{ours} {theirs}".strip()
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", driver_memory)
-    )
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    base = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": driver_memory,
+        **settings,
+    }
+    session = None
+    if delta is not False and SparkSession.getActiveSession() is None:
+        package = delta_package()
+        theirs = base.get("spark.jars.packages", "").strip()
+        with_delta = {
+            **base,
+            **DELTA_EXTENSIONS,
+            "spark.jars.packages": f"{package},{theirs}" if theirs else package,
+        }
+        try:
+            session = _builder(master, app_name, with_delta).getOrCreate()
+            _note = None
+        except PySparkRuntimeError as exc:
+            if delta or exc.getCondition() != "JAVA_GATEWAY_EXITED":
+                raise
+            _note = (
+                f"atlasbus: the Delta Lake jars ({package}) could not be fetched (no Maven "
+                "Central and not in the Ivy cache): Spark starts without them, Delta tables "
+                "are read and written with delta-rs"
+            )
+            print(_note, file=sys.stderr, flush=True)
+    if session is None:
+        session = _builder(master, app_name, base).getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def _builder(master: str, app_name: str, settings: Mapping[str, str]) -> SparkSession.Builder:
+    """A fresh builder (``SparkSession.builder`` is shared: its options would outlive a failed
+    start)."""
+    builder = SparkSession.Builder().master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder

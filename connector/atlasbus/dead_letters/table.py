@@ -69,11 +69,19 @@ class DeadLetterTable:
     """The dead-letter table at ``uri`` (a path or any URI delta-rs supports).
 
     ``storage_options`` are delta-rs's (for example ``AWS_REGION``); they are never logged.
+    ``version`` opens the table as it was at that Delta version (time travel, for reading).
     """
 
-    def __init__(self, uri: str | PathLike[str], storage_options: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        uri: str | PathLike[str],
+        storage_options: Mapping[str, str] | None = None,
+        *,
+        version: int | None = None,
+    ):
         self.uri = fspath(uri)
         self.storage_options = dict(storage_options) if storage_options else None
+        self.at_version = version
 
     def __repr__(self) -> str:
         return f"DeadLetterTable({self.uri!r})"
@@ -86,7 +94,9 @@ class DeadLetterTable:
     def open(self) -> DeltaTable:
         """The Delta table, checked to have the dead-letter columns; error if there is none."""
         try:
-            table = DeltaTable(self.uri, storage_options=self.storage_options)
+            table = DeltaTable(
+                self.uri, version=self.at_version, storage_options=self.storage_options
+            )
         except TableNotFoundError:
             raise DeadLetterTableError(
                 f"no dead-letter table at {self.uri!r}: it is created by the first dead letter "
