@@ -36,7 +36,7 @@ from helpers import publish, redis_major
 
 GROUP = "workers"
 MAX_DELIVERIES = 3
-MIN_IDLE_MS = 60_000
+MIN_IDLE_MS = 600_000  # 10 min: far from the idle times set below, however slow the run
 POLICY = SweepPolicy(GROUP, MAX_DELIVERIES, MIN_IDLE_MS)
 CHILD = Path(__file__).with_name("reaper_child.py")
 ERROR = re.compile(
@@ -64,9 +64,9 @@ class Delivered:
 def deliver(r: redis.Redis, prefix: str, topic: str = "orders") -> Delivered:
     """Publish 100 envelopes, deliver all to worker-1 (XREADGROUP), then re-deliver some.
 
-    By ``i % 10``: 0 exhausted exactly at the limits (3 deliveries, idle 60 s); 3 and 6 well
-    past them (7 or 10 deliveries, idle 2 min); 1 idle long but delivered twice; 2 delivered 9
-    times but idle 30 s only; the rest delivered once, just now.
+    By ``i % 10``: 0 exhausted exactly at the limits (3 deliveries, idle 10 min); 3 and 6 well
+    past them (7 or 10 deliveries, idle 20 min); 1 idle long but delivered twice; 2 delivered 9
+    times but idle 1 s only; the rest delivered once, just now.
     """
     stream = f"{prefix}:{topic}"
     ids = publish(r, prefix, topic, 100)
@@ -77,13 +77,13 @@ def deliver(r: redis.Redis, prefix: str, topic: str = "orders") -> Delivered:
     for i, entry in enumerate(ids):
         kind = i % 10
         if kind == 0:
-            state = ("worker-2", 3, 60_000)
+            state = ("worker-2", 3, 600_000)
         elif kind in (3, 6):
-            state = ("worker-2", 4 + kind, 120_000 + i)
+            state = ("worker-2", 4 + kind, 1_200_000 + i)
         elif kind == 1:
-            state = ("worker-2", 2, 600_000)
+            state = ("worker-2", 2, 6_000_000)
         elif kind == 2:
-            state = ("worker-3", 9, 30_000)
+            state = ("worker-3", 9, 1_000)
         else:
             pending[entry] = ("worker-1", 1, 0)
             continue
@@ -420,7 +420,7 @@ def test_the_command_line_sweeps_and_prints_a_summary_per_stream(
     b = deliver(r, prefix, "payments")
     table = str(tmp_path / "dlq")
     base = [sys.executable, "-m", "atlasbus.dlq_cli", "dlq", "sweep", "--table", table]
-    base += ["--url", redis_url, "--group", GROUP, "--max-deliveries", "3", "--min-idle", "1m"]
+    base += ["--url", redis_url, "--group", GROUP, "--max-deliveries", "3", "--min-idle", "10m"]
     base += ["--stream-prefix", prefix]
 
     def run(*extra: str) -> str:
@@ -434,7 +434,7 @@ def test_the_command_line_sweeps_and_prints_a_summary_per_stream(
         f"{'stream':<{width}}  exhausted  deleted from stream  pending\n"
         f"{'-' * width}  ---------  -------------------  -------\n"
         f"{a.stream}         30                    0      100\n"
-        "would sweep 30 entries (group 'workers', 3+ deliveries, idle 60000 ms or more); "
+        "would sweep 30 entries (group 'workers', 3+ deliveries, idle 600000 ms or more); "
         "nothing written, acknowledged or deleted\n"
     )
     out = run("--delete")  # every stream under the prefix
@@ -450,7 +450,7 @@ def test_the_command_line_sweeps_and_prints_a_summary_per_stream(
         "           0       70\n"
         f"{b.stream:<{width}}         30             30                 0     30       30"
         "           0       70\n"
-        "swept 60 entries (group 'workers', 3+ deliveries, idle 60000 ms or more): 60 "
+        "swept 60 entries (group 'workers', 3+ deliveries, idle 600000 ms or more): 60 "
         "dead-lettered, 0 already recorded, 60 acknowledged, 60 deleted, 0 taken back by a "
         "consumer; 140 still pending\n"
     )
@@ -458,7 +458,7 @@ def test_the_command_line_sweeps_and_prints_a_summary_per_stream(
     assert len(rows_by_entry(table)) == 60
     again = run()
     assert again.splitlines()[-1] == (
-        "swept 0 entries (group 'workers', 3+ deliveries, idle 60000 ms or more): 0 "
+        "swept 0 entries (group 'workers', 3+ deliveries, idle 600000 ms or more): 0 "
         "dead-lettered, 0 already recorded, 0 acknowledged, 0 deleted, 0 taken back by a "
         "consumer; 140 still pending"
     )
