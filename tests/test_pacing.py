@@ -37,8 +37,10 @@ class FakeClock:
 def test_the_pacer_waits_for_enough_entries_but_never_past_the_delay() -> None:
     clock = FakeClock()
     pacer = TriggerPacer(TriggerPacing(min_entries=1000, max_delay_ms=2000), clock)
-    assert pacer.hold(100)  # too few, no time has passed since the query started
-    clock.now += 1.999
+    assert not pacer.hold(100)  # the first trigger goes, as in Kafka's source (a restart)
+    clock.now += 0.5
+    assert pacer.hold(100)  # too few, too soon after the last batch
+    clock.now += 1.499
     assert pacer.hold(999)
     clock.now += 0.001  # the delay is up: a trickle goes
     assert not pacer.hold(100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,38 @@ def test_the_source_sweeps_retry_exhausted_entries_once_per_trigger(
         BatchCollector(),
     )
     assert len(DeadLetterTable(table).to_pandas()) == 5
+
+
+def test_sweep_delete_removes_only_what_the_query_has_read(
+    spark: Any, redis_url: str, r: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """Deleting an entry the query has yet to read would be data loss: those are only acked."""
+    stream = f"{prefix}:orders"
+    ids = publish(r, prefix, "orders", 20)
+    r.xgroup_create(stream, "workers", id="0")
+    r.xreadgroup("workers", "w1", {stream: ">"})
+    exhausted = ids[3:8]
+    r.xclaim(stream, "workers", "w2", 0, exhausted, idle=120_000, retrycount=5)
+    table = str(tmp_path / "dlq")
+    frame = stream_reader(
+        spark,
+        redis_url,
+        prefix,
+        topics="orders",
+        startingOffsets=json.dumps({"orders": ids[5]}),  # the query reads after the 6th
+        sweepGroup="workers",
+        sweepMaxDeliveries="3",
+        sweepDelete="true",
+        deadLetterTable=table,
+    )
+    collector = BatchCollector()
+    run_available_now(frame, str(tmp_path / "cp"), collector)  # failOnDataLoss=true: no loss
+    assert [row["id"] for row in collector.rows] == ids[6:]
+    assert sorted(DeadLetterTable(table).to_pandas()["entry_id"]) == sorted(exhausted)
+    assert remaining_ids(r, stream) == ids[:3] + ids[5:]  # the 4th and 5th were below it
+    pending = r.xpending_range(stream, "workers", "-", "+", 100)
+    assert [p["message_id"].decode() for p in pending] == [i for i in ids if i not in exhausted]
+
+
+def remaining_ids(r: redis.Redis, stream: str) -> list[str]:
+    return [entry_id.decode() for entry_id, _ in r.xrange(stream)]

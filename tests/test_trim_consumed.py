@@ -61,3 +61,27 @@ def test_trimmed_to_the_slowest_consumer_and_never_past_it(
         assert remaining(r, stream) == ids[89:] + more + later + last + final
     finally:
         query.stop()
+
+
+def test_nothing_is_trimmed_before_the_first_batch_is_committed(
+    spark: Any, redis_url: str, r: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """startingOffsets=latest skips the history, but the query has consumed none of it."""
+    stream = f"{prefix}:orders"
+    history = publish(r, prefix, "orders", 10)
+    frame = stream_reader(
+        spark, redis_url, prefix, topics="orders", startingOffsets="latest", trimConsumed="true"
+    )
+    query = (
+        frame.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
+    )
+    try:
+        query.processAllAvailable()
+        query.processAllAvailable()
+        assert remaining(r, stream) == history  # no batch ran: nothing was consumed
+        new = publish(r, prefix, "orders", 5, start=10)
+        query.processAllAvailable()
+        query.processAllAvailable()
+        assert remaining(r, stream) == new[-1:]  # trimmed to the entry the query stands on
+    finally:
+        query.stop()

@@ -4,13 +4,14 @@ Runs on the driver, inside the stream reader's ``latestOffset``: a Python source
 Spark a delay-bounded read limit (pyspark 4.2 has ``ReadMinRows`` but no ``maxTriggerDelay``),
 so the policy lives here. A trigger that finds fewer than ``min_entries`` new entries, less
 than ``max_delay_ms`` after the last batch was released, answers with its start offset: Spark
-then runs no batch and asks again at the next trigger. The clock starts when the query starts,
-so a trickle is read at most ``max_delay_ms`` after the previous batch (or the start), a burst
-at once.
+then runs no batch and asks again at the next trigger. As in Kafka's source, the first trigger
+is never held (a restarted query goes on at once) and the delay counts from the last trigger
+that was let through, so a trickle is read at most ``max_delay_ms`` after it, a burst at once.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -26,11 +27,13 @@ class TriggerPacer:
     def __init__(self, policy: TriggerPacing, clock: Callable[[], float] = time.monotonic) -> None:
         self.policy = policy
         self._clock = clock
-        self._released_at = clock()
+        self._released_at: float | None = None  # Kafka's lastTriggerMillis = 0: none yet
 
     def hold(self, new_entries: int) -> bool:
         """True to run no batch now; False releases one (and restarts the delay's clock)."""
-        waited_ms = (self._clock() - self._released_at) * 1000
+        waited_ms = (
+            math.inf if self._released_at is None else (self._clock() - self._released_at) * 1000
+        )
         if new_entries >= self.policy.min_entries or waited_ms >= self.policy.max_delay_ms:
             self._released_at = self._clock()
             return False

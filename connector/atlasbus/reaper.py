@@ -86,6 +86,7 @@ from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.dead_letters.record import DeadLetter, QueryContext, dead_letter_id
 from atlasbus.dead_letters.schema import RETRY_EXHAUSTED
 from atlasbus.dead_letters.table import DeadLetterTable
+from atlasbus.entry_id import EntryId
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.raw_fields import raw_text
 from atlasbus.source_options import SweepPolicy
@@ -275,17 +276,21 @@ def sweep_retry_exhausted(
     page_size: int = DEFAULT_SWEEP_PAGE_SIZE,
     dry_run: bool = False,
     require_group: bool = True,
+    delete_below: Mapping[str, EntryId] | None = None,
 ) -> SweepResult:
     """Dead-letter, then acknowledge, ``policy.group``'s retry-exhausted entries on ``streams``.
 
     ``topic_of`` names a stream's topic for the ``topic`` column (the subscription's
-    ``topic_of``); ``query`` fills the letters' query columns when a streaming query sweeps
-    (its ID, name and the trigger's batch ID). Streams where the group does not exist are
+    ``topic_of``); ``query`` fills the letters' query columns (its ID, name and batch ID)
+    where the caller knows them. Streams where the group does not exist are
     skipped and listed in ``without_group``; with ``require_group`` (the default) a group that
     exists on none of ``streams`` is a ``ConfigurationError``, as it is almost always a typo.
-    ``dry_run`` finds and counts, and changes nothing. Rounds of ``page_size`` pending entries
-    per stream go on until every stream's PEL was listed to its end (see the module docstring
-    for the steps and why a crash at any point loses and duplicates nothing).
+    ``dry_run`` finds and counts, and changes nothing. ``delete_below`` (a streaming query's
+    committed positions) limits ``policy.delete`` to entries below the position on each
+    stream, so the query never finds an entry it has yet to read deleted under it. Rounds of
+    ``page_size`` pending entries per stream go on until every stream's PEL was listed to its
+    end (see the module docstring for the steps and why a crash at any point loses and
+    duplicates nothing).
     """
     if page_size <= 0:
         raise ValueError(f"page_size must be a positive integer, got {page_size}")
@@ -309,7 +314,7 @@ def sweep_retry_exhausted(
         if found.entries and not dry_run:
             recorded = record_dead_letters(found, table, policy, topic_of=topic_of, query=query)
             claimed = claim_exhausted(endpoint, found, policy)
-            acknowledged = acknowledge(endpoint, found, claimed, policy)
+            acknowledged = acknowledge(endpoint, found, claimed, policy, delete_below=delete_below)
             done = _tally_done(done, found, recorded, claimed, acknowledged)
             letter_ids.extend(recorded.written + recorded.already)
         for stream, counts in done.items():
@@ -577,27 +582,47 @@ def _tuples(lists: Mapping[str, list[str]]) -> dict[str, tuple[str, ...]]:
 
 
 def acknowledge(
-    endpoint: RedisEndpoint, found: Found, claimed: Claimed, policy: SweepPolicy
+    endpoint: RedisEndpoint,
+    found: Found,
+    claimed: Claimed,
+    policy: SweepPolicy,
+    *,
+    delete_below: Mapping[str, EntryId] | None = None,
 ) -> Acknowledged:
     """Step 4: per stream, XACK (and XDEL with ``policy.delete``) in one MULTI/EXEC, over the
-    entries the reaper holds and those found deleted from the stream; one round trip."""
+    entries the reaper holds and those found deleted from the stream; one round trip.
+
+    With ``delete_below``, only entries below the stream's bound are deleted (none on a stream
+    without one); the others are only acknowledged.
+    """
     ids: dict[str, list[str]] = {s: list(held) for s, held in claimed.held.items()}
     for entry in found.entries:
         if entry.missing:
             ids.setdefault(entry.stream, []).append(entry.entry_id)
     streams = [stream for stream, chosen in ids.items() if chosen]
+    doomed: dict[str, list[str]] = {}
+    for stream in streams:
+        if not policy.delete:
+            doomed[stream] = []
+        elif delete_below is None:
+            doomed[stream] = ids[stream]
+        else:
+            bound = delete_below.get(stream)
+            doomed[stream] = [
+                i for i in ids[stream] if bound is not None and EntryId.parse(i) < bound
+            ]
     commands: list[tuple[Any, ...]] = []
     for stream in streams:
         commands.append(("MULTI",))
         commands.append(("XACK", stream, policy.group, *ids[stream]))
-        if policy.delete:
-            commands.append(("XDEL", stream, *ids[stream]))
+        if doomed[stream]:
+            commands.append(("XDEL", stream, *doomed[stream]))
         commands.append(("EXEC",))
     replies = iter(_pipeline(endpoint, commands))
     acked: dict[str, int] = {}
     deleted: dict[str, int] = {}
     for stream in streams:
-        queued = [next(replies) for _ in range(3 if policy.delete else 2)]
+        queued = [next(replies) for _ in range(3 if doomed[stream] else 2)]
         results = next(replies)
         for reply in queued:  # a command refused when queued (NOPERM) comes first
             if isinstance(reply, Exception):
@@ -608,7 +633,7 @@ def acknowledge(
             if isinstance(reply, Exception):
                 _raise_reply(endpoint, reply, stream)
         acked[stream] = int(results[0])
-        deleted[stream] = int(results[1]) if policy.delete else 0
+        deleted[stream] = int(results[1]) if doomed[stream] else 0
     return Acknowledged(acked, deleted)
 
 

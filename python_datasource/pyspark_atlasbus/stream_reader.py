@@ -7,6 +7,7 @@ executors from a pickled copy, so it uses only what its partition carries.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -35,6 +36,9 @@ from pyspark_atlasbus.user_errors import user_facing
 
 log = logging.getLogger("atlasbus.stream_reader")
 
+SWEEP_EVERY = 0.1
+"""The source's sweep runs at most once per this share of ``sweepMinIdle`` (and 1 s)."""
+
 
 class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
@@ -47,6 +51,11 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pacer = TriggerPacer(options.pacing) if options.pacing is not None else None
         # What latestOffset learnt for reportLatestOffset, which Spark calls right after it.
         self._latest_report: dict[str, object] | None = None
+        self._swept_at: float | None = None
+        # The starting position, before any batch: never a committed one, so never trimmed to.
+        self._initial: StreamOffsets | None = None
+        # minEntriesPerTrigger: the last count, reused while neither end moved (idle polls).
+        self._counted: tuple[StreamOffsets, StreamOffsets, int] | None = None
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -55,7 +64,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @user_facing
     def initialOffset(self) -> dict[str, object]:
         """Where a query with no checkpoint starts (``startingOffsets``); driver."""
-        return StreamOffsets(starting_offsets(self._catalog, self.options)).to_dict()
+        self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
+        return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_entries_per_trigger is not None:
@@ -78,6 +88,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # not call commit() after the last batch of an availableNow run: mirror it here too.
         self._after_commit(committed)
         catalog = self._catalog
+        self._sweep(catalog, committed)
         end = batch_end(
             catalog,
             self.options,
@@ -86,7 +97,6 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._available_now_target,
         )
         self._report_deleted_streams(committed, end.infos)
-        self._sweep([stream for stream, info in end.infos.items() if info is not None])
         chosen = committed
         if not self._holds_back(catalog, committed, end):
             chosen = mark_batch(
@@ -108,19 +118,37 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._pacer is None or self._available_now_target is not None:
             return False
         enough = self._pacer.policy.min_entries
-        found = new_entries_at_least(
-            catalog, committed, end.positions, end.infos, end.walks, enough
-        )
+        start, upto = committed.positions(), StreamOffsets(end.positions)
+        if self._counted is not None and self._counted[:2] == (start, upto):
+            found = self._counted[2]
+        else:
+            found = new_entries_at_least(
+                catalog, committed, end.positions, end.infos, end.walks, enough
+            )
+            self._counted = (start, upto, found)
         return self._pacer.hold(found)
 
-    def _sweep(self, streams: Sequence[str]) -> None:
+    def _sweep(self, catalog: StreamCatalog, committed: StreamOffsets) -> None:
         """``sweepGroup``: dead-letter, then acknowledge, the group's retry-exhausted entries.
 
-        Once per trigger, before the batch is planned; a stream without the group yet is
-        skipped (the bus may create it later).
+        Before the batch is planned, so planning sees what the sweep removed; at most once per
+        ``SWEEP_EVERY`` of ``sweepMinIdle`` (and a second), since Spark calls latestOffset
+        every few milliseconds while nothing is new. A stream without the group yet is skipped
+        (the bus may create it later). ``sweepDelete`` deletes only entries the query has
+        read (below its committed position): deleting one it has yet to read would be data
+        loss; the others are acknowledged, and ``trimConsumed`` removes them once read. The
+        letters' query columns stay empty: the driver's reader does not know the query's ID.
         """
         policy = self.options.sweep
-        if policy is None or not streams:
+        if policy is None:
+            return
+        now = time.monotonic()
+        every = max(1.0, policy.min_idle_ms / 1000 * SWEEP_EVERY)
+        if self._swept_at is not None and now - self._swept_at < every:
+            return
+        self._swept_at = now
+        streams = catalog.discover(self.options.subscription)
+        if not streams:
             return
         assert self.options.dead_letter_table is not None  # parsing requires it
         result = sweep_retry_exhausted(
@@ -130,6 +158,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.dead_letter_table,
             topic_of=self.options.subscription.topic_of,
             require_group=False,
+            delete_below=dict(committed.positions()),
         )
         total = result.total
         if total.exhausted:
@@ -198,7 +227,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not committed or committed.positions() == self._committed_seen:
             return
         self._mirror_group(committed)
-        if self.options.trim_consumed:
+        if self.options.trim_consumed and committed.positions() != self._initial:
             for result in trim_consumed(self.options.endpoint, dict(committed)):
                 log.info(
                     "trimConsumed: %s trimmed below %s (%d removed, held by %s)",
