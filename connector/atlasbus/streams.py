@@ -276,7 +276,7 @@ class StreamCatalog:
         ``previous`` (the positions last mirrored by this process) skips streams whose position
         has not changed since, so an idle stream costs nothing. ``entries_read`` (Redis 7:
         how many entries the stream had received up to the position) is passed as SETID's
-        ENTRIESREAD, so Redis counts the group's lag exactly. A stream deleted since the
+        ENTRIESREAD, so Redis can count the group's lag. A stream deleted since the
         query read it is left alone: there is nothing to mirror, and creating the group would
         bring the key back as an empty stream.
         """

@@ -32,9 +32,9 @@ pendingOf                  batch only: list this consumer group's pending entrie
                            reading the streams; not with positions, group, deadLetterTable
 trimConsumed               streaming only: after each commit, trim every stream to what all
                            its consumer groups and the query consumed (false)
-sweepGroup,                streaming only: each trigger, dead-letter the group's entries
-sweepMaxDeliveries,        delivered at least sweepMaxDeliveries times and idle at least
-sweepMinIdle, sweepDelete  sweepMinIdle (60s), then XACK (and XDEL with sweepDelete)
+sweepGroup,                streaming only: before triggers plan, dead-letter the group's
+sweepMaxDeliveries,        entries delivered sweepMaxDeliveries times or more and idle
+sweepMinIdle, sweepDelete  sweepMinIdle (60s), then XACK (and XDEL the read ones)
 =========================  ===============================================================
 
 Sink options (``df.write`` / ``df.writeStream``; docs/sink.md). Input columns: ``payload``
