@@ -383,3 +383,18 @@ def test_move_group_over_a_stream_deleted_since_it_was_read(
     catalog.move_group({gone: eid("1000-0"), kept: eid("2000-0")}, "g")
     assert group_at(r, kept, "g") == "2000-0"
     assert not r.exists(gone)  # not brought back as an empty stream
+
+
+def test_move_group_gives_redis_the_entries_read_where_it_can_take_them(
+    catalog: StreamCatalog, r: redis.Redis, prefix: str
+) -> None:
+    """Redis 7 counts the group's lag from ENTRIESREAD; Redis 6.2 refuses the argument, and
+    the group is moved without it (a checkpoint written against Redis 7, run on 6.2)."""
+    a = f"{prefix}:a"
+    add(r, a, "1000-0", "2000-0", "3000-0", "4000-0")
+    r.xgroup_create(a, "g", id="0")
+    catalog.move_group({a: eid("2000-0")}, "g", entries_read={a: 2})
+    assert group_at(r, a, "g") == "2000-0"
+    if redis_major(r) >= 7:
+        info = next(g for g in r.xinfo_groups(a) if g["name"] == b"g")
+        assert (info["entries-read"], info["lag"]) == (2, 2)

@@ -304,6 +304,10 @@ class StreamCatalog:
             message = str(reply).lower()
             if "requires the key to exist" in message or "no such key" in message:
                 continue
+            if "syntax error" in message and entries_read and stream in entries_read:
+                # Redis 6.2 has no ENTRIESREAD (a checkpoint written against Redis 7)
+                self.move_group({stream: moving[stream]}, group)
+                continue
             if "nogroup" not in message:
                 with translate_errors(self.endpoint):
                     raise reply
