@@ -304,7 +304,8 @@ class StreamCatalog:
             message = str(reply).lower()
             if "requires the key to exist" in message or "no such key" in message:
                 continue
-            if "syntax error" in message and entries_read and stream in entries_read:
+            refused = "syntax error" in message or "wrong number of arguments" in message
+            if refused and entries_read and stream in entries_read:
                 # Redis 6.2 has no ENTRIESREAD (a checkpoint written against Redis 7)
                 self.move_group({stream: moving[stream]}, group)
                 continue
