@@ -1,0 +1,146 @@
+"""The peer's side of bench_peer.py: spark-redis reading one Redis stream into a noop sink.
+
+Runs in the peer's own virtualenv (pyspark 3.5, which spark-redis 3.1.0 supports: Scala 2.12,
+Spark 3.x), never in atlasbus's; bench_peer.py creates that virtualenv and starts this script:
+
+    benchmarks/.peer-venv/bin/python benchmarks/peer_spark_redis.py \
+        --host 127.0.0.1 --port 6379 --stream bench:orders --rows 1000000 --repeat 2
+
+spark-redis's jar comes from Maven Central through Spark's own resolver
+(``spark.jars.packages``, cached in ~/.ivy2). The query is the one its documentation shows
+(``readStream.format("redis")``, ``stream.keys``, a schema naming the stream's fields, ``_id``
+for the entry ID), started from the stream's beginning (``stream.offsets`` at ``0-0``, as its
+documentation says to process a stream from the start), with its documented options for
+parallelism (``stream.parallelism``: consumers of one group, one Spark partition each) and
+batch size (``stream.read.batch.size``: COUNT of each XREADGROUP), trigger availableNow, into
+Spark's noop sink. Each repeat reads with a new consumer group, so each reads every entry.
+
+Prints one JSON object on its last line: rows read (from the query's progress), seconds from
+start() to the end, the micro-batches' addBatch time, per-batch rows and durations, and the
+JVM's CPU seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+# The issue names 3.1.0 (June 2022, the latest release); the Maven Central this machine reaches
+# lists 2.4.2 to 3.0.0 only (its maven-metadata.xml), so the newest it can have is the default.
+PACKAGE = "com.redislabs:spark-redis_2.12:3.0.0"
+FIELDS = (
+    "topic",
+    "priority",
+    "payload",
+    "correlation_id",
+    "tracing",
+    "metadata",
+    "delivery_attempts",
+    "enqueued_time",
+)
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def jvm_cpu(pid: int) -> float:
+    """CPU seconds of the JVM (user + system) from /proc."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--stream", required=True)
+    parser.add_argument("--rows", type=int, required=True)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--checkpoints", default="/tmp")
+    parser.add_argument("--package", default=PACKAGE, help="spark-redis's Maven coordinate")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-peer-spark-redis")
+        .config("spark.jars.packages", args.package)
+        .config("spark.redis.host", args.host)
+        .config("spark.redis.port", str(args.port))
+        .config("spark.driver.memory", "4g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    schema = StructType([StructField(name, StringType()) for name in ("_id", *FIELDS)])
+
+    runs = []
+    for attempt in range(args.repeat + 1):  # the first run warms the JVM up, as atlasbus's does
+        group = f"bench-{uuid.uuid4().hex[:8]}"
+        offsets = {"offsets": {args.stream: {"groupName": group, "offset": "0-0"}}}
+        frame = (
+            spark.readStream.format("redis")
+            .option("stream.keys", args.stream)
+            .option("stream.offsets", json.dumps(offsets))
+            .option("stream.group.name", group)
+            .option("stream.parallelism", args.parallelism)
+            .option("stream.read.batch.size", args.batch_size)
+            .schema(schema)
+            .load()
+        )
+        checkpoint = Path(args.checkpoints) / f"peer-{uuid.uuid4().hex}"
+        cpu_before = jvm_cpu(jvm_pid)
+        started = time.perf_counter()
+        query = (
+            frame.writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        elapsed = time.perf_counter() - started
+        cpu = jvm_cpu(jvm_pid) - cpu_before
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        batches = [
+            {
+                "rows": p["numInputRows"],
+                "add_batch_ms": p["durationMs"].get("addBatch", 0),
+                "trigger_ms": p["durationMs"].get("triggerExecution", 0),
+            }
+            for p in progress
+        ]
+        read = sum(b["rows"] for b in batches)
+        run = {
+            "warm_up": attempt == 0,
+            "rows": read,
+            "seconds": elapsed,
+            "add_batch_s": sum(b["add_batch_ms"] for b in batches) / 1000,
+            "jvm_cpu_s": cpu,
+            "batches": batches,
+        }
+        runs.append(run)
+        print(
+            f"  spark-redis run {attempt}: {read:,} rows in {elapsed:.2f} s "
+            f"({read / elapsed:,.0f}/s){' (warm-up)' if attempt == 0 else ''}",
+            flush=True,
+        )
+    spark.stop()
+    print(
+        json.dumps(
+            {"package": args.package, "pyspark": __import__("pyspark").__version__, "runs": runs}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
