@@ -1,7 +1,8 @@
 """A streaming query in its own process, for the crash tests to SIGKILL and restart.
 
 Reads topics ``a`` and ``b`` with small partitions and writes either to the atlasbus sink
-(topic ``target``) or to Spark's parquet sink, on a checkpoint that survives the kills.
+(topic ``target``), to Spark's parquet sink, or to Spark's Delta sink (``format("delta")``,
+needing the Delta Lake jars ``local_session`` loads), on a checkpoint that survives the kills.
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
 prints ``DONE`` and exits.
 """
@@ -17,14 +18,15 @@ def main() -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--sink", choices=["atlasbus", "parquet"], required=True)
-    parser.add_argument("--out", help="the parquet sink's path")
+    parser.add_argument("--sink", choices=["atlasbus", "parquet", "delta"], required=True)
+    parser.add_argument("--out", help="the parquet or Delta sink's path")
     parser.add_argument("--available-now", action="store_true")
     args = parser.parse_args()
 
     from pyspark_atlasbus.session import local_session
 
-    spark = local_session("atlasbus-crash", driver_memory="1g")
+    # the Delta Lake jars only where the sink needs them: the other runs start as before
+    spark = local_session("atlasbus-crash", driver_memory="1g", delta=args.sink == "delta")
     source = (
         spark.readStream.format("atlasbus")
         .option("url", args.url)
@@ -41,10 +43,10 @@ def main() -> None:
             .option("streamPrefix", args.prefix)
             .option("topic", "target")
         )
-    else:
+    else:  # Spark's own file sinks: exactly once through their commit logs
         writer = (
             source.select("correlation_id", "payload")
-            .writeStream.format("parquet")
+            .writeStream.format(args.sink)
             .option("path", args.out)
         )
     writer = writer.option("checkpointLocation", args.checkpoint)

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,21 @@ QUERY_SCRIPT = str(Path(__file__).with_name("crash_query.py"))
 
 
 class Publisher(threading.Thread):
-    """Appends ``TOTAL`` envelopes to topics a and b: a steady rate with random bursts."""
+    """Appends ``total`` envelopes to topics a and b: a steady rate with random bursts."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        *,
+        total: int = TOTAL,
+        per_second: int = STEADY_PER_SECOND,
+        burst: int = BURST,
+    ) -> None:
         super().__init__(daemon=True)
         self.client = redis.Redis.from_url(url)
         self.prefix = prefix
+        self.total, self.per_second, self.burst = total, per_second, burst
         self.correlation_ids: list[str] = []
         self.error: BaseException | None = None
 
@@ -46,9 +56,9 @@ class Publisher(threading.Thread):
         try:
             rng = random.Random(11)
             tick = 0.1
-            while len(self.correlation_ids) < TOTAL:
-                count = BURST if rng.random() < 0.03 else int(STEADY_PER_SECOND * tick)
-                count = min(count, TOTAL - len(self.correlation_ids))
+            while len(self.correlation_ids) < self.total:
+                count = self.burst if rng.random() < 0.03 else int(self.per_second * tick)
+                count = min(count, self.total - len(self.correlation_ids))
                 pipe = self.client.pipeline(transaction=False)
                 for _ in range(count):
                     cid = uuid.uuid4().hex
@@ -97,15 +107,31 @@ def _kill(process: subprocess.Popen[str]) -> None:
     process.wait(60)
 
 
-def _crash_and_recover(args: list[str], url: str, prefix: str) -> dict[str, Any]:
-    publisher = Publisher(url, prefix)
+def _crash_and_recover(
+    args: list[str],
+    url: str,
+    prefix: str,
+    *,
+    publisher: Publisher | None = None,
+    kills: int = KILLS,
+    running: tuple[float, float] = (1.0, 6.0),
+    progressed: Callable[[], object] | None = None,
+) -> dict[str, Any]:
+    """Start the query ``kills`` times, SIGKILL it after ``running`` seconds (random in that
+    range) each time, then drain with availableNow; the publisher appends meanwhile.
+
+    ``progressed``: called after each start, returns once the run has committed something
+    (the random wait then follows), so every kill lands after real progress."""
+    publisher = publisher or Publisher(url, prefix)
     publisher.start()
     rng = random.Random(7)
     restarts: list[float] = []
-    for _ in range(KILLS):
+    for _ in range(kills):
         process, took = _start_query(args)
         restarts.append(took)
-        time.sleep(rng.uniform(1.0, 6.0))
+        if progressed is not None:
+            progressed()
+        time.sleep(rng.uniform(*running))
         _kill(process)
     publisher.join(300)
     assert publisher.error is None, publisher.error
@@ -119,7 +145,9 @@ def _crash_and_recover(args: list[str], url: str, prefix: str) -> dict[str, Any]
     }
 
 
-def _report(name: str, published: list[str], written: list[str], restarts: list[float]) -> None:
+def _report(
+    name: str, published: list[str], written: list[str], restarts: list[float], kills: int = KILLS
+) -> None:
     counts = Counter(written)
     figures = {
         "sink": name,
@@ -128,7 +156,7 @@ def _report(name: str, published: list[str], written: list[str], restarts: list[
         "lost": len(set(published) - set(counts)),
         "duplicated": sum(c - 1 for c in counts.values() if c > 1),
         "unexpected": len(set(counts) - set(published)),
-        "kills": KILLS,
+        "kills": kills,
         "restart_seconds": [round(t, 1) for t in restarts],
     }
     print(f"\ncrash test figures: {json.dumps(figures)}")
