@@ -455,12 +455,14 @@ def main() -> None:
         prebuilt_batch(url, batch_file)
 
         jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        load_before = os.getloadavg()
         redis_cpu = RedisCpu(url)
         meter = SparkCpu(int(jvm_pid), redis_cpu)
         results: dict[str, list[float]] = {"spark": [], "core": [], "raw": [], "ceiling": []}
         cpu: dict[str, list[CpuSeconds]] = {name: [] for name in results}
         starts: list[float] = []
         in_batch: list[float] = []
+        ceiling_in_batch: list[float] = []
         for attempt in range(args.repeat):
             for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
                 measured = two_processes(reader, url, redis_cpu)
@@ -473,6 +475,7 @@ def main() -> None:
             in_batch.append(run.in_batch_rows_per_s)
             ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter)
             results["ceiling"].append(ceiling.rows_per_s)
+            ceiling_in_batch.append(ceiling.in_batch_rows_per_s)
             cpu["ceiling"].append(ceiling.cpu)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
             print(f"  run {attempt + 1}: {done}; query start {run.start_s:.2f} s", flush=True)
@@ -502,6 +505,18 @@ def main() -> None:
         "spark_query_start_s": round(starts[fastest], 2),
         "spark_in_batch_rows_per_s": round(in_batch[fastest]),
         "spark_prebuilt_ceiling_rows_per_s": round(best["ceiling"]),
+        "spark_prebuilt_in_batch_rows_per_s": round(max(ceiling_in_batch)),
+        "spark_vs_ceiling": round(best["spark"] / best["ceiling"], 3),
+        "spark_vs_ceiling_per_run": [
+            round(a / c, 3) for a, c in zip(results["spark"], results["ceiling"], strict=True)
+        ],
+        "spark_in_batch_vs_ceiling_in_batch": round(in_batch[fastest] / max(ceiling_in_batch), 3),
+        "spark_in_batch_vs_raw": round(in_batch[fastest] / best["raw"], 3),
+        "core_cpu_vs_raw_cpu_per_run": [
+            round(c.readers / r.readers, 3) for c, r in zip(cpu["core"], cpu["raw"], strict=True)
+        ],
+        "load_average_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "core_2proc_rows_per_s": round(best["core"]),
         "raw_xrange_arrow_2proc_rows_per_s": round(best["raw"]),
         "xread_count1_rows_per_s": round(single),
@@ -516,16 +531,27 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    results_file = (
+        RESULTS
+        if args.rows == 1_000_000
+        else RESULTS.with_name(
+            f"source-{args.rows // 1_000_000}M.json"
+            if args.rows % 1_000_000 == 0
+            else f"source-{args.rows}.json"
+        )
+    )
+    results_file.parent.mkdir(parents=True, exist_ok=True)
+    results_file.write_text(json.dumps(report, indent=2) + "\n")
     table = [
         ("atlasbus readStream -> noop, availableNow, local[2]", best["spark"]),
         ("  of which inside the micro-batch (addBatch)", in_batch[fastest]),
         ("Spark alone: same query and schema, pre-built batches", best["ceiling"]),
+        ("  of which inside the micro-batch (addBatch)", max(ceiling_in_batch)),
         ("atlasbus core reader, no Spark, 2 processes", best["core"]),
         ("baseline: raw XRANGE + vectorised Arrow, 2 processes", best["raw"]),
         ("baseline: one at a time, XREAD COUNT 1 (bus consumer)", single),
     ]
+    chart(table, best["raw"], best_cpu, args.rows, results_file.with_suffix(".png"))
     print(f"\n{'what':<58}{'rows/s':>12}{'x raw':>9}")
     for label, rate in table:
         print(f"{label:<58}{rate:>12,.0f}{rate / best['raw']:>9.3f}")
@@ -536,7 +562,56 @@ def main() -> None:
     print("\nthe most any Python source that reads as the baseline does can reach here, x raw:")
     print("(2 cores' time for the baseline's CPU plus Spark's runner and JVM CPU; per run)")
     print("  " + ", ".join(f"{b:.3f}" for b in bounds))
-    print(f"\nenvelope {wire_bytes} bytes on the wire; results in {RESULTS}")
+    print(
+        f"atlasbus / Spark alone: {best['spark'] / best['ceiling']:.3f} end to end, "
+        f"{in_batch[fastest] / max(ceiling_in_batch):.3f} inside the micro-batch"
+    )
+    ratios = ", ".join(
+        f"{c.readers / r.readers:.2f}" for c, r in zip(cpu["core"], cpu["raw"], strict=True)
+    )
+    print(f"core reader's CPU / raw baseline's CPU, per run: {ratios}")
+    print(f"\nenvelope {wire_bytes} bytes on the wire; results in {results_file}")
+
+
+def chart(
+    table: list[tuple[str, float]], raw: float, cpu: dict[str, CpuSeconds], rows: int, path: Path
+) -> None:
+    """Rates (left) and CPU seconds per million entries by process (right), best runs."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no chart drawn")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    labels = [label.strip() for label, _ in table]
+    values = [rate / 1000 for _, rate in table]
+    left.barh(range(len(table)), values, color="tab:blue")
+    for y, (v, (_, rate)) in enumerate(zip(values, table, strict=True)):
+        left.text(v, y, f" {v:,.0f}k ({rate / raw:.2f}x raw)", va="center", fontsize=7)
+    left.set_yticks(range(len(table)), labels, fontsize=7)
+    left.invert_yaxis()
+    left.set_xlabel(f"thousand rows/s, {rows:,} entries, best run")
+    names = {
+        "spark": "atlasbus query",
+        "ceiling": "Spark alone",
+        "core": "core reader",
+        "raw": "raw baseline",
+    }
+    per_million = 1_000_000 / rows
+    bottoms = [0.0] * len(names)
+    for part in ("readers", "runner", "jvm", "redis"):
+        heights = [(getattr(cpu[k], part) or 0.0) * per_million for k in names]
+        right.bar(range(len(names)), heights, 0.6, bottom=bottoms, label=part)
+        bottoms = [a + b for a, b in zip(bottoms, heights, strict=True)]
+    right.set_xticks(range(len(names)), list(names.values()), fontsize=8)
+    right.set_ylabel("CPU seconds per million entries")
+    right.legend(fontsize=8)
+    figure.suptitle("source throughput against raw XRANGE + Arrow and Spark alone, one run")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
 
 
 def reachable_vs_raw(raw_wall: float, raw: CpuSeconds, spark_alone: CpuSeconds) -> float:
