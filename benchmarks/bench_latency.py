@@ -44,8 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
 
 HERE = Path(__file__).parent
-RESULTS = HERE / "results" / "latency.json"
-CHART = RESULTS.with_suffix(".png")
+RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
 PREFIX = "lat"
 OUT_PREFIX = "latout"
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
@@ -166,7 +165,14 @@ def sink_latencies_ms(url: str, out_stream: str, after_ms: int) -> tuple[Any, An
 # --- one run: a rate into a sink ---------------------------------------------------------
 
 
-def run_once(spark: Any, url: str, rate: int, seconds: float, sink: str) -> dict[str, Any]:
+def run_once(
+    spark: Any,
+    url: str,
+    rate: int,
+    seconds: float,
+    sink: str,
+    source_options: dict[str, str] | None = None,
+) -> dict[str, Any]:
     import numpy as np
     import redis
 
@@ -183,6 +189,7 @@ def run_once(spark: Any, url: str, rate: int, seconds: float, sink: str) -> dict
         .option("streamPrefix", PREFIX)
         .option("topics", topic)
         .option("startingOffsets", "earliest")
+        .options(**(source_options or {}))
         .load()
     )
     checkpoint = Path(tempfile.mkdtemp(prefix="atlasbus-bench-latency-"))
@@ -228,6 +235,7 @@ def run_once(spark: Any, url: str, rate: int, seconds: float, sink: str) -> dict
     return {
         "rate": rate,
         "sink": sink,
+        "source_options": source_options or {},
         "entries": int(sent),
         "publish_rate": round(sent / publish_s),
         "publisher_behind_max_s": round(behind_s, 3),
@@ -385,9 +393,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--sinks", default="atlasbus,foreachBatch")
     parser.add_argument("--floor-seconds", type=float, default=15)
+    parser.add_argument("--label", help="results in latency-LABEL.json/.png")
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra source option (e.g. maxEntriesPerPartition=10000); may be repeated",
+    )
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     sinks = args.sinks.split(",")
+    source_options = dict(option.split("=", 1) for option in args.source_option)
 
     from atlasbus.sandbox.redis_server import RedisServer
     from pyspark_atlasbus.session import local_session
@@ -407,7 +424,7 @@ def main() -> None:
         runs = []
         for rate in rates:
             for sink in sinks:
-                run = run_once(spark, server.url, rate, args.seconds, sink)
+                run = run_once(spark, server.url, rate, args.seconds, sink, source_options)
                 runs.append(run)
                 print(f"{rate:,}/s into {sink}: {json.dumps(run)}", flush=True)
         spark.stop()
@@ -444,10 +461,11 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python benchmarks/bench_latency.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    chart(runs, floors, CHART)
-    print(f"results in {RESULTS}, chart in {CHART}")
+    results = RESULTS.with_name(f"latency-{args.label}.json") if args.label else RESULTS
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(report, indent=2) + "\n")
+    chart(runs, floors, results.with_suffix(".png"))
+    print(f"results in {results}, chart in {results.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
