@@ -1,4 +1,4 @@
-"""``atlasbus dlq show | summary | replay | sweep``: the dead-letter table from a terminal.
+"""``atlasbus dlq show | summary | replay | sweep | compact``: the dead-letter table, by terminal.
 
 Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM, which is why
 it lives in the core (``pyspark_atlasbus.cli`` only registers it). ``replay`` is
@@ -33,6 +33,7 @@ from atlasbus.cli_common import (
     non_empty,
     positive,
 )
+from atlasbus.compact_cli import add_compact
 from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError, ConfigurationError
@@ -208,6 +209,7 @@ def register(subparsers: Any) -> None:
         help="count what would be swept; write, acknowledge and delete nothing",
     )
     sweep.set_defaults(run=run_sweep)
+    add_compact(commands, _guard)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -77,6 +77,7 @@ def compact(
     *,
     retention_hours: float | None = None,
     target_size: int | None = None,
+    full: bool = False,
     storage_options: Mapping[str, str] | None = None,
 ) -> CompactResult:
     """Compact the Delta table at ``uri`` and vacuum what the retention allows.
@@ -84,8 +85,11 @@ def compact(
     ``retention_hours``: keep files removed less than this long ago (default: the table's
     ``delta.deletedFileRetentionDuration``, 7 days unless set); 0 deletes every file the latest
     version does not use, which is only safe when nothing reads an older version. A retention
-    below the table's own is honoured (the caller asked for it) and logged as a warning.
-    ``target_size`` is delta-rs's (default 100 MiB). Returns the figures.
+    below the table's own is honoured (the caller asked for it) and logged.
+    ``target_size`` is delta-rs's (default 100 MiB). ``full`` also deletes files in the folder
+    that no version references (a failed task's output, Spark's empty schema file), as old as
+    the retention: with 0 only when no writer is running, since a commit in flight has written
+    its files but not yet named them. Returns the figures.
     """
     path = fspath(uri)
     options = dict(storage_options) if storage_options else None
@@ -114,7 +118,7 @@ def compact(
     own = table_retention(table)
     hours = own.total_seconds() / 3600 if retention_hours is None else float(retention_hours)
     if hours * 3600 < own.total_seconds():
-        log.warning(
+        log.info(
             "vacuuming %s with a retention of %g h, below the table's %g h: readers on a "
             "version older than that lose their files",
             path,
