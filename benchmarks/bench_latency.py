@@ -361,10 +361,11 @@ def chart(runs: list[dict[str, Any]], floors: list[dict[str, Any]], path: Path) 
     for offset, key in ((-0.3, "p50"), (-0.1, "p95"), (0.1, "p99"), (0.3, "max")):
         values = [r["latency_ms"][key] / 1000 for r in runs]
         left.bar([p + offset for p in positions], values, 0.2, label=key)
+    left.set_yscale("log")
     left.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     left.axhline(2.0, color="grey", linewidth=0.8, linestyle=":")
     left.set_xticks(positions, labels, fontsize=8)
-    left.set_ylabel("seconds from publish to the sink")
+    left.set_ylabel("seconds from publish to the sink (log scale)")
     left.set_title("latency per entry (goal at 10k/s: p50 ≤ 1 s, p99 ≤ 2 s)", fontsize=9)
     left.legend(fontsize=8)
 
@@ -377,7 +378,7 @@ def chart(runs: list[dict[str, Any]], floors: list[dict[str, Any]], path: Path) 
         bottoms = [a + b for a, b in zip(bottoms, values, strict=True)]
     totals = [b["median_ms"]["triggerExecution"] if b.get("count") else 0 for _, b in rows]
     right.scatter(range(len(rows)), totals, color="black", marker="_", s=200, label="whole batch")
-    right.set_xticks(range(len(rows)), [label for label, _ in rows], fontsize=7)
+    right.set_xticks(range(len(rows)), [label for label, _ in rows], fontsize=6, rotation=35)
     right.set_ylabel("ms, median micro-batch")
     right.set_title("where a micro-batch's time goes (floor: one row, no Redis)", fontsize=9)
     right.legend(fontsize=7)
@@ -394,6 +395,7 @@ def main() -> None:
     parser.add_argument("--sinks", default="atlasbus,foreachBatch")
     parser.add_argument("--floor-seconds", type=float, default=15)
     parser.add_argument("--label", help="results in latency-LABEL.json/.png")
+    parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")
     parser.add_argument(
         "--source-option",
         action="append",
@@ -405,6 +407,11 @@ def main() -> None:
     rates = [int(r) for r in args.rates.split(",")]
     sinks = args.sinks.split(",")
     source_options = dict(option.split("=", 1) for option in args.source_option)
+    if args.redraw:
+        results = RESULTS.with_name(f"latency-{args.label}.json") if args.label else RESULTS
+        saved = json.loads(results.read_text())
+        chart(saved["runs"], saved["spark_floor"], results.with_suffix(".png"))
+        return
 
     from atlasbus.sandbox.redis_server import RedisServer
     from pyspark_atlasbus.session import local_session
