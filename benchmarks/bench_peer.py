@@ -8,19 +8,22 @@ runs on Scala 2.12 and Spark 3.x, so it gets its own virtualenv with pyspark 3.5
 through Spark's resolver; none of its code is in this repository. Its side of the run is
 ``peer_spark_redis.py``, started in that virtualenv.
 
-One private redis-server, one stream of --rows envelopes (bench_source.py's), then:
+One private redis-server, one stream of --rows envelopes (bench_source.py's), then rounds of:
 
 * atlasbus: ``readStream.format("atlasbus")`` -> noop sink, availableNow, ``local[2]``, its
   documented parallelism and batch-size options at their defaults (``maxEntriesPerPartition``
-  250,000: 4 tasks for 1M entries; ``pageSize`` 1,000);
-* spark-redis: ``readStream.format("redis")`` -> noop sink, availableNow, ``local[2]``, with
-  ``stream.parallelism`` 2 (one consumer per core) and ``stream.read.batch.size`` 1,000 (as
-  atlasbus's page), and again at its defaults (1 consumer, 100 entries per XREADGROUP).
+  250,000: 4 tasks for 1M entries; ``pageSize`` 1,000), every entry decoded as the contract
+  says; and again with ``format=raw`` (the fields as a map of strings, as spark-redis gives);
+* spark-redis: ``readStream.format("redis")`` -> noop sink, availableNow, ``local[2]``, every
+  field a string column, with ``stream.parallelism`` 2 (one consumer per core) and
+  ``stream.read.batch.size`` 1,000 (as atlasbus's page), and at its defaults (1 consumer, 100
+  entries per XREADGROUP).
 
-Each is warmed up once in its own JVM and then measured --repeat times (best kept, all kept in
-the JSON); every run must read exactly --rows rows. Reports rows/s end to end (start() to the
-end) and per batch (rows over the batch's addBatch time), the ratios, and the CPU seconds of
-each JVM, Python workers and redis-server. Writes benchmarks/results/peer.json and peer.png.
+Both JVMs stay up for the whole run and the contenders take turns, so each round sees the
+same machine; round 0 warms both up and is not counted. Every run must read exactly --rows
+rows. Reports rows/s end to end (start() to the end) and per batch (rows over the batch's
+addBatch time), best of --repeat rounds, the ratios per round, and CPU seconds. Writes
+benchmarks/results/peer.json and peer.png (spark-redis's own log: peer-spark-redis.log).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from bench_source import (
     RedisCpu,
     SparkCpu,
     publish,
-    spark_end_to_end,
+    run_to_noop,
 )
 
 HERE = Path(__file__).parent
@@ -52,6 +55,7 @@ RESULTS = HERE / "results" / "peer.json"
 CHART = RESULTS.with_suffix(".png")
 PEER_VENV = HERE / ".peer-venv"
 PEER_PYSPARK = "pyspark>=3.5,<3.6"
+PEER_PACKAGE = "com.redislabs:spark-redis_2.12:3.0.0"  # peer_spark_redis.py's default
 
 
 def peer_python() -> Path:
@@ -64,59 +68,74 @@ def peer_python() -> Path:
     return python
 
 
-def run_atlasbus(url: str, rows: int, repeat: int) -> list[dict[str, Any]]:
-    from pyspark_atlasbus.session import local_session
+class Peer:
+    """spark-redis in its own virtualenv and JVM, kept up between runs (``--serve``)."""
 
-    spark = local_session("atlasbus-bench-peer", driver_memory="4g")
-    checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-"))
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    meter = SparkCpu(jvm_pid, RedisCpu(url))
-    runs = []
-    for attempt in range(repeat + 1):  # the first run warms the workers up
-        run = spark_end_to_end(spark, url, rows, checkpoints, meter)
-        runs.append(
-            {
-                "warm_up": attempt == 0,
-                "rows": rows,  # spark_end_to_end checks the count
-                "seconds": rows / run.rows_per_s,
-                "add_batch_s": rows / run.in_batch_rows_per_s,
-                "cpu": run.cpu.as_dict(),
-            }
+    def __init__(self, url: str, rows: int, log: Path) -> None:
+        host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        self.log = log.open("w")
+        self.process = subprocess.Popen(
+            [
+                str(peer_python()),
+                str(HERE / "peer_spark_redis.py"),
+                *("--host", host, "--port", port, "--stream", STREAM, "--rows", str(rows)),
+                *("--checkpoints", tempfile.mkdtemp(prefix="atlasbus-bench-peer-"), "--serve"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
         )
-        print(
-            f"  atlasbus run {attempt}: {run.rows_per_s:,.0f}/s end to end"
-            f"{' (warm-up)' if attempt == 0 else ''}",
-            flush=True,
-        )
-    spark.stop()
-    return runs
+        self._expect("READY")
+
+    def _expect(self, prefix: str) -> str:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise SystemExit(f"spark-redis's process ended; its log: {self.log.name}")
+
+    def run(self, parallelism: int, batch_size: int) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{parallelism} {batch_size}\n")
+        self.process.stdin.flush()
+        result: dict[str, Any] = json.loads(self._expect("RESULT "))
+        return result
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+        self.log.close()
 
 
-def run_peer(url: str, rows: int, repeat: int, parallelism: int, batch_size: int) -> dict[str, Any]:
-    host_port = url.split("//", 1)[1].split("/", 1)[0]
-    host, port = host_port.rsplit(":", 1)
-    redis_cpu = RedisCpu(url)
-    before = redis_cpu.read()
-    done = subprocess.run(
-        [
-            str(peer_python()),
-            str(HERE / "peer_spark_redis.py"),
-            *("--host", host, "--port", port, "--stream", STREAM, "--rows", str(rows)),
-            *("--repeat", str(repeat), "--parallelism", str(parallelism)),
-            *("--batch-size", str(batch_size), "--checkpoints", tempfile.mkdtemp()),
-        ],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
+def run_atlasbus(
+    spark: Any, url: str, rows: int, options: dict[str, str], meter: SparkCpu
+) -> dict[str, Any]:
+    """atlasbus's query into noop: end to end, in-batch, CPU (bench_source's run_to_noop)."""
+    frame = (
+        spark.readStream.format("atlasbus")
+        .option("url", url)
+        .option("streamPrefix", STREAM_PREFIX)
+        .option("topics", TOPIC)
+        .options(**options)
+        .load()
     )
-    lines = done.stdout.strip().splitlines()
-    print("\n".join(lines[:-1]), flush=True)
-    report: dict[str, Any] = json.loads(lines[-1])
-    report["redis_cpu_s_all_runs"] = redis_cpu.since(before)
-    for run in report["runs"]:
-        if run["rows"] != rows:
-            raise SystemExit(f"spark-redis read {run['rows']} rows, expected {rows}")
-    return report
+    run = run_to_noop(frame, rows, Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-")), meter)
+    return {
+        "rows": rows,  # run_to_noop checks the count
+        "seconds": rows / run.rows_per_s,
+        "add_batch_s": rows / run.in_batch_rows_per_s,
+        "cpu": run.cpu.as_dict(),
+    }
+
+
+CONTENDERS = {
+    "atlasbus": ("atlasbus", {}),
+    "atlasbus format=raw": ("atlasbus", {"format": "raw"}),
+    "spark-redis, parallelism 2, batch 1000": ("peer", (2, 1000)),
+    "spark-redis defaults (1, 100)": ("peer", (1, 100)),
+}
 
 
 def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -142,7 +161,7 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path) -> None:
         axis.text(b, p - 0.2, f" {b:,.0f}k", va="center", fontsize=8)
     axis.set_yticks(list(positions), labels, fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("thousand rows/s, 1M entries -> noop, local[2] (best run)")
+    axis.set_xlabel("thousand rows/s, 1M entries -> noop, local[2], availableNow (best run)")
     axis.set_title("atlasbus and spark-redis on the same stream, same Redis, same run")
     axis.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
@@ -162,48 +181,72 @@ def main() -> None:
     from atlasbus.sandbox.redis_server import RedisServer
 
     server = RedisServer().start()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     try:
         print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
         publish(server.url, args.rows)
         load_before = os.getloadavg()
-        atlasbus = run_atlasbus(server.url, args.rows, args.repeat)
-        tuned = run_peer(server.url, args.rows, args.repeat, parallelism=2, batch_size=1000)
-        defaults = run_peer(server.url, args.rows, args.repeat, parallelism=1, batch_size=100)
+        peer = Peer(server.url, args.rows, RESULTS.with_name("peer-spark-redis.log"))
+        from pyspark_atlasbus.session import local_session
+
+        spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
+        jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        redis_cpu = RedisCpu(server.url)
+        meter = SparkCpu(jvm_pid, redis_cpu)
+        for attempt in range(args.repeat + 1):  # round 0 warms both JVMs and the workers up
+            for name, (who, how) in CONTENDERS.items():
+                redis_before = redis_cpu.read()
+                if who == "atlasbus":
+                    assert isinstance(how, dict)
+                    run = run_atlasbus(spark, server.url, args.rows, how, meter)
+                else:
+                    assert isinstance(how, tuple)
+                    run = peer.run(*how)
+                    if run["rows"] != args.rows:
+                        raise SystemExit(f"{name} read {run['rows']:,} rows, not {args.rows:,}")
+                run["redis_cpu_s"] = redis_cpu.since(redis_before)
+                run["warm_up"] = attempt == 0
+                runs[name].append(run)
+                print(
+                    f"  round {attempt}, {name}: {args.rows / run['seconds']:,.0f}/s end to end, "
+                    f"{args.rows / run['add_batch_s']:,.0f}/s in the batch"
+                    f"{' (warm-up)' if attempt == 0 else ''}",
+                    flush=True,
+                )
+        spark.stop()
+        peer.close()
         load_after = os.getloadavg()
     finally:
         server.stop()
 
-    figures = {
-        "atlasbus (4 tasks, pageSize 1000)": best(atlasbus),
-        "spark-redis (stream.parallelism 2, batch.size 1000)": best(tuned["runs"]),
-        "spark-redis defaults (parallelism 1, batch.size 100)": best(defaults["runs"]),
-    }
+    figures = {name: best(rs) for name, rs in runs.items()}
     rates = {
         k: (args.rows / v["seconds"], args.rows / v["add_batch_s"]) for k, v in figures.items()
     }
-    ours = rates["atlasbus (4 tasks, pageSize 1000)"]
-    print(f"\n{'what':<56}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
+    ours = rates["atlasbus"]
+    peer_name = "spark-redis, parallelism 2, batch 1000"
+    print(f"\n{'what':<44}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
     for label, (end_to_end, in_batch) in rates.items():
-        print(f"{label:<56}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
-    print("(rows/s; 'atlasbus x': atlasbus's end-to-end rate over the row's)")
+        print(f"{label:<44}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
+    print("(rows/s, best run; 'atlasbus x': atlasbus's end-to-end rate over the row's)")
+    paired = [
+        round(p["seconds"] / a["seconds"], 3)
+        for a, p in zip(runs["atlasbus"], runs[peer_name], strict=True)
+        if not a["warm_up"]
+    ]
+    print(f"atlasbus / spark-redis (2, 1000) end to end, per round: {paired}")
     report = {
         "benchmark": "peer",
         "rows": args.rows,
-        "stream": f"{STREAM_PREFIX}:{TOPIC}",
-        "atlasbus_rows_per_s": round(ours[0]),
-        "atlasbus_in_batch_rows_per_s": round(ours[1]),
+        "stream": STREAM,
+        "peer_package": PEER_PACKAGE,
         "rates": {
             k: {"end_to_end": round(e), "per_batch": round(b)} for k, (e, b) in rates.items()
         },
-        "atlasbus_over_peer_end_to_end": round(
-            ours[0] / rates["spark-redis (stream.parallelism 2, batch.size 1000)"][0], 2
-        ),
-        "atlasbus_over_peer_per_batch": round(
-            ours[1] / rates["spark-redis (stream.parallelism 2, batch.size 1000)"][1], 2
-        ),
-        "atlasbus_runs": atlasbus,
-        "spark_redis_tuned": tuned,
-        "spark_redis_defaults": defaults,
+        "atlasbus_over_peer_end_to_end": round(ours[0] / rates[peer_name][0], 3),
+        "atlasbus_over_peer_per_batch": round(ours[1] / rates[peer_name][1], 3),
+        "atlasbus_over_peer_end_to_end_per_round": paired,
+        "runs": runs,
         "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

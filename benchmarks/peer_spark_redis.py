@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 # The issue names 3.1.0 (June 2022, the latest release); the Maven Central this machine reaches
 # lists 2.4.2 to 3.0.0 only (its maven-metadata.xml), so the newest it can have is the default.
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--checkpoints", default="/tmp")
     parser.add_argument("--package", default=PACKAGE, help="spark-redis's Maven coordinate")
+    parser.add_argument("--serve", action="store_true", help="runs asked for on stdin")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -84,62 +87,82 @@ def main() -> None:
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     schema = StructType([StructField(name, StringType()) for name in ("_id", *FIELDS)])
 
+    if args.serve:
+        # One run per line on stdin ("<parallelism> <batch size>"), one JSON line per run on
+        # stdout, until stdin closes: bench_peer.py interleaves these runs with atlasbus's.
+        print("READY", flush=True)
+        for line in sys.stdin:
+            parallelism, batch_size = (int(x) for x in line.split())
+            run = run_once(spark, schema, args, parallelism, batch_size, jvm_pid)
+            print("RESULT " + json.dumps(run), flush=True)
+        spark.stop()
+        return
     runs = []
     for attempt in range(args.repeat + 1):  # the first run warms the JVM up, as atlasbus's does
-        group = f"bench-{uuid.uuid4().hex[:8]}"
-        offsets = {"offsets": {args.stream: {"groupName": group, "offset": "0-0"}}}
-        frame = (
-            spark.readStream.format("redis")
-            .option("stream.keys", args.stream)
-            .option("stream.offsets", json.dumps(offsets))
-            .option("stream.group.name", group)
-            .option("stream.parallelism", args.parallelism)
-            .option("stream.read.batch.size", args.batch_size)
-            .schema(schema)
-            .load()
-        )
-        checkpoint = Path(args.checkpoints) / f"peer-{uuid.uuid4().hex}"
-        cpu_before = jvm_cpu(jvm_pid)
-        started = time.perf_counter()
-        query = (
-            frame.writeStream.format("noop")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        elapsed = time.perf_counter() - started
-        cpu = jvm_cpu(jvm_pid) - cpu_before
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-        batches = [
-            {
-                "rows": p["numInputRows"],
-                "add_batch_ms": p["durationMs"].get("addBatch", 0),
-                "trigger_ms": p["durationMs"].get("triggerExecution", 0),
-            }
-            for p in progress
-        ]
-        read = sum(b["rows"] for b in batches)
-        run = {
-            "warm_up": attempt == 0,
-            "rows": read,
-            "seconds": elapsed,
-            "add_batch_s": sum(b["add_batch_ms"] for b in batches) / 1000,
-            "jvm_cpu_s": cpu,
-            "batches": batches,
-        }
+        run = run_once(spark, schema, args, args.parallelism, args.batch_size, jvm_pid)
+        run["warm_up"] = attempt == 0
         runs.append(run)
         print(
-            f"  spark-redis run {attempt}: {read:,} rows in {elapsed:.2f} s "
-            f"({read / elapsed:,.0f}/s){' (warm-up)' if attempt == 0 else ''}",
+            f"  spark-redis run {attempt}: {run['rows']:,} rows in {run['seconds']:.2f} s "
+            f"({run['rows'] / run['seconds']:,.0f}/s){' (warm-up)' if attempt == 0 else ''}",
             flush=True,
         )
     spark.stop()
-    print(
-        json.dumps(
-            {"package": args.package, "pyspark": __import__("pyspark").__version__, "runs": runs}
-        )
+    print(json.dumps({"package": args.package, "pyspark": pyspark_version(), "runs": runs}))
+
+
+def pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def run_once(
+    spark: Any, schema: Any, args: Any, parallelism: int, batch_size: int, jvm_pid: int
+) -> dict[str, Any]:
+    """Read the whole stream once, with a new consumer group, into the noop sink."""
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    offsets = {"offsets": {args.stream: {"groupName": group, "offset": "0-0"}}}
+    frame = (
+        spark.readStream.format("redis")
+        .option("stream.keys", args.stream)
+        .option("stream.offsets", json.dumps(offsets))
+        .option("stream.group.name", group)
+        .option("stream.parallelism", parallelism)
+        .option("stream.read.batch.size", batch_size)
+        .schema(schema)
+        .load()
     )
+    checkpoint = Path(args.checkpoints) / f"peer-{uuid.uuid4().hex}"
+    cpu_before = jvm_cpu(jvm_pid)
+    started = time.perf_counter()
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    cpu = jvm_cpu(jvm_pid) - cpu_before
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    batches = [
+        {
+            "rows": p["numInputRows"],
+            "add_batch_ms": p["durationMs"].get("addBatch", 0),
+            "trigger_ms": p["durationMs"].get("triggerExecution", 0),
+        }
+        for p in progress
+    ]
+    return {
+        "parallelism": parallelism,
+        "batch_size": batch_size,
+        "rows": sum(b["rows"] for b in batches),
+        "seconds": elapsed,
+        "add_batch_s": sum(b["add_batch_ms"] for b in batches) / 1000,
+        "jvm_cpu_s": cpu,
+        "batches": batches,
+    }
 
 
 if __name__ == "__main__":
