@@ -344,25 +344,55 @@ def test_concurrent_commits_from_both_engines_lose_and_double_nothing(
     )
 
 
-def test_compact_two_hundred_small_appends(delta_spark: Any, tmp_path: Path) -> None:
+def test_compact_two_hundred_small_appends(
+    delta_spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``atlasbus dlq compact``: fewer files, the same rows, delta-spark still reads it."""
     spark = delta_spark
     table = DeadLetterTable(tmp_path / "dead_letters")
-    letters = [
-        DeadLetter.for_row("too-big", f"row {i}", write_id="w", row=i, topic="t", at=T0)
-        for i in range(200)
-    ]
-    for letter in letters:
-        table.append([letter])
+    for i in range(200):
+        table.append([DeadLetter.for_row("too-big", f"row {i}", write_id="w", row=i, at=T0)])
     before = spark_rows(spark, table.uri)
-    assert parquet_files_on_disk(table.uri) == 200
+    assert len(before) == 200
 
-    result = compact(table.uri, retention_hours=0)
+    code, out = cli(capsys, "compact", "--table", table.uri, "--retain-hours", "0")
 
-    assert (result.files_before, result.files_after, result.rows) == (200, 1, 200)
-    assert (result.files_rewritten, result.files_vacuumed) == (200, 200)
-    assert parquet_files_on_disk(table.uri) == 1
+    assert code == 0
+    assert out.splitlines() == [
+        f"compacted {table.uri}: 200 live file(s) -> 1 (200 rewritten), 200 row(s), version 203",
+        "vacuumed 200 file(s) removed more than 0 h ago",
+        "note: --retain-hours 0 is below the table's 168 h: a reader of an older version (a "
+        "stream far behind, time travel) has lost its files",
+        "parquet files in the folder: 200 -> 1",
+    ]
     assert spark_rows(spark, table.uri) == before
     assert arrow_rows(table.uri) == before
+    assert spark.sql(f"DESCRIBE DETAIL delta.`{table.uri}`").first()["numFiles"] == 1
+    # with the default retention nothing removed an hour ago is deleted
+    code, out = cli(capsys, "compact", "--table", table.uri)
+    assert out.splitlines()[1] == "vacuumed 0 file(s) removed more than 168 h ago"
+
+
+def test_compact_is_safe_beside_delta_spark_optimize_history(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """delta-spark's OPTIMIZE and VACUUM on a table delta-rs compacted, and the reverse."""
+    spark = delta_spark
+    table = DeadLetterTable(tmp_path / "dead_letters")
+    for i in range(12):
+        table.append([DeadLetter.for_row("too-big", f"row {i}", write_id="w", row=i, at=T0)])
+    metrics = spark.sql(f"OPTIMIZE delta.`{table.uri}`").first()["metrics"]
+    assert (metrics["numFilesAdded"], metrics["numFilesRemoved"]) == (1, 12)
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{table.uri}` RETAIN 0 HOURS").collect()
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    assert parquet_files_on_disk(table.uri) == 1
+    table.append([DeadLetter.for_row("too-big", "late", write_id="w", row=99, at=T0)])
+    result = compact(table.uri, retention_hours=0)
+    assert (result.files_before, result.files_after, result.rows) == (2, 1, 13)
+    assert read_dead_letters(spark, table.uri).count() == 13
 
 
 def test_stream_of_new_dead_letters_for_alerting(delta_spark: Any, tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ DELTA_EXTENSIONS: Mapping[str, str] = {
 }
 """What delta-spark needs beyond its jars (Delta's own quick start sets the same two)."""
 
+LOCAL_DELTA_SETTINGS: Mapping[str, str] = {"spark.databricks.delta.snapshotPartitions": "2"}
+"""For a local master: Delta replays a table's log in 50 tasks by default (sized for clusters);
+on local[2] that made a read, an append and an OPTIMIZE of a 12-commit table take 25-67 s
+instead of 5.5 s (measured on this project's 2-core machines)."""
+
 _note: str | None = None
 
 
@@ -106,7 +111,9 @@ def local_session(
     if delta is not False and SparkSession.getActiveSession() is None:
         package = delta_package()
         theirs = base.get("spark.jars.packages", "").strip()
+        local = LOCAL_DELTA_SETTINGS if master.startswith("local") else {}
         with_delta = {
+            **local,
             **base,
             **DELTA_EXTENSIONS,
             "spark.jars.packages": f"{package},{theirs}" if theirs else package,
