@@ -127,7 +127,9 @@ def compact(
         )
     # delta-rs takes whole hours; round up so nothing younger than asked is deleted
     whole = int(hours) if hours == int(hours) else int(hours) + 1
-    vacuumed = table.vacuum(retention_hours=whole, dry_run=False, enforce_retention_duration=False)
+    vacuumed = table.vacuum(
+        retention_hours=whole, dry_run=False, enforce_retention_duration=False, full=full
+    )
     table = DeltaTable(path, storage_options=options)
     result = CompactResult(
         files_before=before,
