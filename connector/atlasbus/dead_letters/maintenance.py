@@ -115,6 +115,7 @@ def compact(
             time.sleep(0.05 * attempt * random.uniform(0.5, 1.0))
             table = DeltaTable(path, storage_options=options)
     table = DeltaTable(path, storage_options=options)
+    present = _files_on_disk(path) if "://" not in path else set()
     own = table_retention(table)
     hours = own.total_seconds() / 3600 if retention_hours is None else float(retention_hours)
     if hours * 3600 < own.total_seconds():
@@ -130,6 +131,8 @@ def compact(
     vacuumed = table.vacuum(
         retention_hours=whole, dry_run=False, enforce_retention_duration=False, full=full
     )
+    if "://" not in path:  # delta-rs lists files an earlier vacuum deleted too: count real ones
+        vacuumed = [f for f in vacuumed if f in present]
     table = DeltaTable(path, storage_options=options)
     result = CompactResult(
         files_before=before,
@@ -142,6 +145,18 @@ def compact(
     )
     log.info("compacted %s: %s", path, result)
     return result
+
+
+def _files_on_disk(path: str) -> set[str]:
+    """Every data file under a local table's folder, both as delta-rs's vacuum names it
+    (relative, or absolute as in its first runs) so its list can be checked against it."""
+    found: set[str] = set()
+    for folder, folders, names in os.walk(path):
+        folders[:] = [f for f in folders if f != "_delta_log"]
+        for name in names:
+            full = os.path.join(folder, name)
+            found.update((full, os.path.relpath(full, path)))
+    return found
 
 
 def parquet_files_on_disk(path: str | PathLike[str]) -> int:
