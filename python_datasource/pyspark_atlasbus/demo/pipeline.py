@@ -36,7 +36,7 @@ from pyspark_atlasbus.demo.publisher import TrafficPublisher
 from pyspark_atlasbus.demo.server import connect, reset_streams, start_embedded_redis
 from pyspark_atlasbus.demo.signals import StopRequest, exit_on_sigterm
 from pyspark_atlasbus.demo.summary import Paths, Summary, committed_offsets
-from pyspark_atlasbus.demo.writer import EventsWriter
+from pyspark_atlasbus.demo.writer import EventsWriter, delta_sink_tally
 
 QUERY_START_TIMEOUT_S = 180.0
 
@@ -122,12 +122,16 @@ def run_pipeline(
             "read one entry of a warm-up stream ..."
         )
         warm_up_workers(spark, client, url)
+        engine = events_engine(spark)
+        if engine == "delta-spark":
+            warm_up_delta(spark, paths.root)
         clock.say(
             "starting the streaming query: Spark plans it and starts the atlasbus source's "
             "Python planner ..."
         )
         if not stop.event.is_set():
-            query = start_query(spark, url, paths, writer)
+            clock.say(events_line(engine))
+            query = start_query(spark, url, paths, writer, engine)
             failure = wait_until_running(query, stop)
         if failure is None and not stop.event.is_set():
             publisher.start()
@@ -175,6 +179,8 @@ def run_pipeline(
         signal.signal(signal.SIGINT, previous_handler)
     if publisher.error is not None and failure is None:
         failure = f"publishing to Redis failed: {publisher.error}"
+    if failure is None and not stop.event.is_set():
+        compact_tables(paths, clock)
     committed = committed_offsets(query) if query is not None else {}
     summary = Summary.collect(
         paths,
@@ -236,6 +242,17 @@ def warm_up_workers(spark: Any, client: Any, url: str) -> None:
         client.delete(WARM_UP_STREAM)
 
 
+def warm_up_delta(spark: Any, root: Path) -> None:
+    """Write and read a one-row Delta table (then deleted), so delta-spark's classes and log
+    machinery are loaded before the traffic starts, not during the first micro-batch."""
+    folder = root / ".warm-up-delta"
+    try:
+        spark.range(1).write.format("delta").mode("overwrite").save(str(folder))
+        spark.read.format("delta").load(str(folder)).collect()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _import_readers(batches: Any) -> Any:
     """Runs on executors: the imports of the source's read and its dead letters."""
     import atlasbus.dead_letters
@@ -244,8 +261,33 @@ def _import_readers(batches: Any) -> Any:
     yield from batches
 
 
-def start_query(spark: Any, url: str, paths: Paths, writer: EventsWriter) -> Any:
-    """``format("atlasbus")`` with the dead-letter table -> ``foreachBatch(writer)``."""
+def events_engine(spark: Any) -> str:
+    """``delta-spark`` when the session has the Delta Lake jars, else ``delta-rs``."""
+    from pyspark_atlasbus.dead_letters import delta_jars_available
+
+    return "delta-spark" if delta_jars_available(spark) else "delta-rs"
+
+
+def events_line(engine: str) -> str:
+    """The one line saying which engine writes the events table."""
+    if engine == "delta-spark":
+        return (
+            'events table: Spark\'s Delta sink (writeStream.format("delta"), exactly once with '
+            "the checkpoint)"
+        )
+    return (
+        "events table: delta-rs in foreachBatch, one app transaction per batch (Spark has no "
+        "Delta Lake jars)"
+    )
+
+
+def start_query(
+    spark: Any, url: str, paths: Paths, writer: EventsWriter, engine: str = "delta-rs"
+) -> Any:
+    """``format("atlasbus")`` with the dead-letter table -> the events table.
+
+    ``engine="delta-spark"``: Spark's Delta sink, the tally from a query listener; else
+    ``foreachBatch(writer)`` with delta-rs."""
     frame = (
         spark.readStream.format("atlasbus")
         .option("url", url)
@@ -255,6 +297,16 @@ def start_query(spark: Any, url: str, paths: Paths, writer: EventsWriter) -> Any
         .option("deadLetterTable", str(paths.dead_letters))
         .load()
     )
+    if engine == "delta-spark":
+        spark.streams.addListener(delta_sink_tally(writer))
+        return (
+            frame.drop("error", "fields")
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(paths.checkpoint))
+            .queryName(QUERY_NAME)
+            .trigger(processingTime="1 second")
+            .start(str(paths.events))
+        )
     return (
         frame.writeStream.foreachBatch(writer)
         .option("checkpointLocation", str(paths.checkpoint))
@@ -262,6 +314,23 @@ def start_query(spark: Any, url: str, paths: Paths, writer: EventsWriter) -> Any
         .trigger(processingTime="1 second")
         .start()
     )
+
+
+def compact_tables(paths: Paths, clock: Clock) -> None:
+    """OPTIMIZE and VACUUM both tables with delta-rs once the query has stopped: nothing reads
+    an older version or writes then, so no retention is kept and files no version names
+    (Spark's empty first batch writes one) go too. One line with the file counts."""
+    from atlasbus.dead_letters.maintenance import compact, parquet_files_on_disk
+
+    done = []
+    for name, path in (("events", paths.events), ("dead_letters", paths.dead_letters)):
+        if not path.exists():
+            continue
+        before = parquet_files_on_disk(path)
+        compact(path, retention_hours=0, full=True)
+        done.append(f"{name} {before} -> {parquet_files_on_disk(path)}")
+    if done:
+        clock.say(f"compacted the tables (parquet files: {'; '.join(done)})")
 
 
 def wait_until_running(query: Any, stop: StopRequest) -> str | None:
