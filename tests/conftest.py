@@ -144,7 +144,8 @@ def delta_spark(spark: Any) -> Any:
     tests with the reason; a developer's machine without Maven Central skips them, saying why.
     """
     from pyspark_atlasbus.dead_letters import delta_jars_available
-    from pyspark_atlasbus.session import delta_lake_note, delta_package
+    from pyspark_atlasbus.delta_jars import delta_package
+    from pyspark_atlasbus.session import delta_lake_note
 
     if not delta_jars_available(spark):
         why = delta_lake_note() or (

@@ -26,9 +26,11 @@ import redis
 from deltalake import DeltaTable
 
 from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.dead_letters.maintenance import parquet_files_on_disk
 from atlasbus.decode import REASONS, decode_envelope_page
 from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sandbox.traffic import TOPICS, TrafficGenerator
+from conftest import in_ci
 from notebook_runner import execute_notebook, images, text
 from pyspark_atlasbus.demo import GROUP, STREAM_PREFIX
 
@@ -194,6 +196,36 @@ def test_demo_progress_adds_up_at_every_tick(demo_run: DemoRun) -> None:
     assert re.search(
         r"first micro-batch committed [\d.]+ s after the traffic started", demo_run.stdout
     )
+
+
+def test_demo_writes_events_with_spark_delta_sink_and_compacts_its_tables(
+    demo_run: DemoRun,
+) -> None:
+    """With the Delta Lake jars (fetched by local_session), the events table is written by
+    Spark's Delta sink; at the end both tables are compacted to one data file each."""
+    assert demo_run.returncode == 0, demo_run.stdout[-2000:] + demo_run.stderr[-3000:]
+    (note,) = [x for x in demo_run.stderr.splitlines() if "jars" in x and "fetched" in x] or [""]
+    if note:  # local_session's one line: no Maven Central and no cache
+        if in_ci():
+            pytest.fail(f"CI needs the Delta Lake jars (Maven Central must be reachable): {note}")
+        pytest.skip(f"no Delta Lake jars: {note}")
+    events = demo_run.output / "events"
+    assert (
+        'events table: Spark\'s Delta sink (writeStream.format("delta"), exactly once with the '
+        "checkpoint)" in demo_run.stdout
+    ), demo_run.stderr[-2000:]
+    history = DeltaTable(str(events)).history()
+    assert {c["operation"] for c in history} >= {"STREAMING UPDATE", "OPTIMIZE"}
+    match = re.search(
+        r"compacted the tables \(parquet files: events (\d+) -> (\d+); dead_letters (\d+) -> "
+        r"(\d+)\)",
+        demo_run.stdout,
+    )
+    assert match, demo_run.stdout
+    assert int(match.group(1)) > 1 and int(match.group(3)) > 1
+    assert (match.group(2), match.group(4)) == ("1", "1")
+    assert parquet_files_on_disk(events) == 1
+    assert parquet_files_on_disk(demo_run.output / "dead_letters") == 1
 
 
 def test_demo_next_steps_run_as_printed_without_the_password(demo_run: DemoRun) -> None:

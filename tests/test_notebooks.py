@@ -112,6 +112,8 @@ def test_dead_letter_explorer_changes_nothing_until_asked_and_replays_once(
         assert len(images(notebook)) == 1
         shown = text(notebook)
         assert "13 dead letters" in shown
+        if "reading with delta-spark" in shown:  # the jars loaded: Spark SQL's history too
+            assert "dead letters at version 1: 13" in shown
         assert "16 windows of 2s" in shown  # 30 s of dead letters: not two bars
         assert "3 would be replayed; 0 already replayed; 0 not replayable" in shown
         assert table_state(table) == untouched
@@ -136,6 +138,27 @@ def test_dead_letter_explorer_changes_nothing_until_asked_and_replays_once(
 
     assert next(executed, None) is None  # the kernel shuts down: its temporary files go
     assert list(tmp.iterdir()) == []
+
+
+def test_dead_letter_explorer_runs_without_the_delta_jars(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """``ATLASBUS_DELTA_JARS=off``: no Delta Lake jars, the explorer reads through delta-rs."""
+    path = tmp_path / "dead_letters"
+    DeadLetterTable(path).append(demo_like_letters(f"{prefix}:orders"))
+    env = {
+        "REDIS_URL": redis_url,
+        "TMPDIR": str(private_tmp(tmp_path)),
+        "ATLASBUS_DELTA_JARS": "off",
+    }
+    notebook = execute_notebook(
+        "dead_letter_explorer.ipynb", env, tmp_path, parameters={"TABLE": str(path)}
+    )
+    assert_ran_quietly(notebook)
+    shown = text(notebook)
+    assert "reading with delta-rs (no jars)" in shown
+    assert "13 dead letters" in shown
+    assert "history and time travel need delta-spark" in shown
 
 
 def test_explorer_bins_fit_the_span() -> None:

@@ -10,14 +10,13 @@ configuration shipped next to this module (errors only; see ``log4j2.properties`
 remains, ``WARNING: Using incubator modules: jdk.incubator.vector``: the JVM itself prints it
 for the ``--add-modules`` flag Spark's launcher always passes, before any logging exists.
 
-Delta Lake: by default the session is started with delta-spark's jars (``spark.jars.packages``,
+Delta Lake: by default the session is started with delta-spark's jars and its SQL extension and
+catalog, so ``format("delta")``, ``delta.`path``` SQL, OPTIMIZE and VACUUM work. The jars are
 the coordinate ``delta.configure_spark_with_delta_pip`` computes from the installed delta-spark,
-fetched by Spark's Ivy resolver from Maven Central on first use and cached in ``~/.ivy2.5.2``)
-and its SQL extension and catalog, so ``format("delta")``, ``delta.`path``` SQL, OPTIMIZE and
-VACUUM work. When they cannot be had (no network on first use, no cache), Spark's launcher
-exits; the session is then started again without them, one line on stderr says so, and
-atlasbus reads and writes its Delta tables with delta-rs. ``delta_lake_note()`` returns that
-line (None when the jars loaded).
+fetched from Maven Central once (see ``delta_jars``: quietly, then from the disk). When they
+cannot be had (no network on first use, no cache) one line on stderr says so, the session
+starts without them, and atlasbus reads and writes its Delta tables with delta-rs.
+``delta_lake_note()`` returns that line (None when the jars loaded).
 """
 
 from __future__ import annotations
@@ -27,8 +26,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from pyspark.errors import PySparkRuntimeError
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from pyspark_atlasbus.delta_jars import find_delta_jars, turned_off
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Errors only from the JVM's start; ``local_session(quiet=True)`` points log4j2 at it."""
@@ -54,18 +55,6 @@ def delta_lake_note() -> str | None:
     return _note
 
 
-def delta_package() -> str:
-    """The Maven coordinate of delta-spark's jar matching the installed delta-spark and pyspark.
-
-    Asked of ``configure_spark_with_delta_pip`` itself (on a throwaway builder), so the version
-    is the installed Python package's, never a second copy kept here.
-    """
-    from delta import configure_spark_with_delta_pip
-
-    builder = configure_spark_with_delta_pip(SparkSession.Builder())
-    return str(builder._options["spark.jars.packages"])
-
-
 def local_session(
     app_name: str,
     *,
@@ -85,12 +74,13 @@ def local_session(
     ``$SPARK_LOCAL_IP`` says otherwise: nothing outside this machine needs to reach the driver,
     and Spark no longer warns that the hostname resolves to a loopback address.
 
-    ``delta``: None (default) loads the Delta Lake jars when they can be had, else starts
-    without them and prints one line saying so; True requires them (the launcher's error is
-    raised); False never loads them. A ``spark.jars.packages`` in ``config`` is kept, with
-    delta-spark added. When a session already exists, it is returned as it is.
+    ``delta``: None (default) loads the Delta Lake jars when they can be had (and
+    ``$ATLASBUS_DELTA_JARS`` is not ``off``), else starts without them and prints one line
+    saying so; True requires them (an error says why not); False never loads them. A
+    ``spark.jars`` in ``config`` is kept, delta-spark's added. When a session already exists,
+    it is returned as it is; when this process already runs a JVM (a session was stopped), the
+    jars are whatever that JVM has.
     """
-    global _note
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -108,32 +98,56 @@ def local_session(
         **settings,
     }
     session = None
-    if delta is not False and SparkSession.getActiveSession() is None:
-        package = delta_package()
-        theirs = base.get("spark.jars.packages", "").strip()
-        local = LOCAL_DELTA_SETTINGS if master.startswith("local") else {}
-        with_delta = {
-            **local,
-            **base,
-            **DELTA_EXTENSIONS,
-            "spark.jars.packages": f"{package},{theirs}" if theirs else package,
-        }
-        try:
-            session = _builder(master, app_name, with_delta).getOrCreate()
-            _note = None
-        except PySparkRuntimeError as exc:
-            if delta or exc.getCondition() != "JAVA_GATEWAY_EXITED":
-                raise
-            _note = (
-                f"atlasbus: the Delta Lake jars ({package}) could not be fetched (no Maven "
-                "Central and not in the Ivy cache): Spark starts without them, Delta tables "
-                "are read and written with delta-rs"
-            )
-            print(_note, file=sys.stderr, flush=True)
+    if SparkSession.getActiveSession() is None:
+        jars = _delta_settings(master, base, delta)
+        if jars is not None:
+            session = _builder(master, app_name, {**base, **jars}).getOrCreate()
     if session is None:
         session = _builder(master, app_name, base).getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def _delta_settings(
+    master: str, base: Mapping[str, str], delta: bool | None
+) -> dict[str, str] | None:
+    """The settings that load delta-spark, or None (and ``_note`` says why, once printed)."""
+    global _note
+    _note = None
+    if delta is False or (delta is None and turned_off()):
+        return None
+    local = dict(LOCAL_DELTA_SETTINGS) if master.startswith("local") else {}
+    if SparkContext._jvm is not None:  # a JVM from an earlier session: no new jars possible
+        if _jvm_has_delta(SparkContext._jvm):
+            return {**local, **base, **DELTA_EXTENSIONS}
+        why = "this process's JVM was started without them"
+    else:
+        ivy = {k: v for k, v in base.items() if k.startswith("spark.jars.") or "Java" in k}
+        found = find_delta_jars(ivy)
+        if found.jars is not None:
+            theirs = base.get("spark.jars", "").strip()
+            jars = f"{found.jars},{theirs}" if theirs else found.jars
+            return {**local, **base, **DELTA_EXTENSIONS, "spark.jars": jars}
+        why = f"{found.coordinate} could not be fetched ({found.why}; no Maven Central?)"
+    if delta:
+        raise RuntimeError(f"the Delta Lake jars are needed and cannot be had: {why}")
+    _note = (
+        f"atlasbus: Spark starts without the Delta Lake jars: {why}; Delta tables are read "
+        "and written with delta-rs"
+    )
+    print(_note, file=sys.stderr, flush=True)
+    return None
+
+
+def _jvm_has_delta(jvm: object) -> bool:
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()  # type: ignore[attr-defined]
+        jvm.java.lang.Class.forName(  # type: ignore[attr-defined]
+            "io.delta.sql.DeltaSparkSessionExtension", False, loader
+        )
+    except Exception:
+        return False
+    return True
 
 
 def _builder(master: str, app_name: str, settings: Mapping[str, str]) -> SparkSession.Builder:
