@@ -14,6 +14,9 @@ One private redis-server, one stream of --rows envelopes (bench_source.py's), th
   documented parallelism and batch-size options at their defaults (``maxEntriesPerPartition``
   250,000: 4 tasks for 1M entries; ``pageSize`` 1,000), every entry decoded as the contract
   says; and again with ``format=raw`` (the fields as a map of strings, as spark-redis gives);
+* Spark alone: the same query shape fed pre-built Arrow batches of decoded envelopes by a
+  Python source that asks Redis nothing (bench_source.py's ceiling): what the Python Data
+  Source path itself costs;
 * spark-redis: ``readStream.format("redis")`` -> noop sink, availableNow, ``local[2]``, every
   field a string column, with ``stream.parallelism`` 2 (one consumer per core) and
   ``stream.read.batch.size`` 1,000 (as atlasbus's page), and at its defaults (1 consumer, 100
@@ -46,8 +49,10 @@ from bench_source import (
     TOPIC,
     RedisCpu,
     SparkCpu,
+    prebuilt_batch,
     publish,
     run_to_noop,
+    spark_ceiling,
 )
 
 HERE = Path(__file__).parent
@@ -131,6 +136,7 @@ def run_atlasbus(
 
 
 CONTENDERS = {
+    "Spark alone: a Python source of pre-built batches": ("ceiling", {}),
     "atlasbus": ("atlasbus", {}),
     "atlasbus format=raw": ("atlasbus", {"format": "raw"}),
     "spark-redis, parallelism 2, batch 1000": ("peer", (2, 1000)),
@@ -193,10 +199,21 @@ def main() -> None:
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         redis_cpu = RedisCpu(server.url)
         meter = SparkCpu(jvm_pid, redis_cpu)
+        checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-"))
+        batch_file = checkpoints / "prebuilt.arrow"
+        prebuilt_batch(server.url, batch_file)
         for attempt in range(args.repeat + 1):  # round 0 warms both JVMs and the workers up
             for name, (who, how) in CONTENDERS.items():
                 redis_before = redis_cpu.read()
-                if who == "atlasbus":
+                if who == "ceiling":
+                    ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter)
+                    run = {
+                        "rows": args.rows,
+                        "seconds": args.rows / ceiling.rows_per_s,
+                        "add_batch_s": args.rows / ceiling.in_batch_rows_per_s,
+                        "cpu": ceiling.cpu.as_dict(),
+                    }
+                elif who == "atlasbus":
                     assert isinstance(how, dict)
                     run = run_atlasbus(spark, server.url, args.rows, how, meter)
                 else:
@@ -235,6 +252,13 @@ def main() -> None:
         if not a["warm_up"]
     ]
     print(f"atlasbus / spark-redis (2, 1000) end to end, per round: {paired}")
+    ceiling_name = "Spark alone: a Python source of pre-built batches"
+    peer_vs_ceiling = [
+        round(c["seconds"] / p["seconds"], 3)
+        for c, p in zip(runs[ceiling_name], runs[peer_name], strict=True)
+        if not c["warm_up"]
+    ]
+    print(f"spark-redis (2, 1000) / Spark alone, end to end, per round: {peer_vs_ceiling}")
     report = {
         "benchmark": "peer",
         "rows": args.rows,
@@ -246,6 +270,7 @@ def main() -> None:
         "atlasbus_over_peer_end_to_end": round(ours[0] / rates[peer_name][0], 3),
         "atlasbus_over_peer_per_batch": round(ours[1] / rates[peer_name][1], 3),
         "atlasbus_over_peer_end_to_end_per_round": paired,
+        "peer_over_python_ceiling_end_to_end_per_round": peer_vs_ceiling,
         "runs": runs,
         "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
