@@ -158,7 +158,7 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path) -> None:
     labels = list(rows_per_s)
     end_to_end = [rows_per_s[k][0] / 1000 for k in labels]
     in_batch = [rows_per_s[k][1] / 1000 for k in labels]
-    figure, axis = plt.subplots(figsize=(8, 3.6))
+    figure, axis = plt.subplots(figsize=(10, 4))
     positions = range(len(labels))
     axis.barh([p + 0.2 for p in positions], end_to_end, 0.4, label="end to end")
     axis.barh([p - 0.2 for p in positions], in_batch, 0.4, label="per batch (addBatch)")
@@ -168,8 +168,9 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path) -> None:
     axis.set_yticks(list(positions), labels, fontsize=8)
     axis.invert_yaxis()
     axis.set_xlabel("thousand rows/s, 1M entries -> noop, local[2], availableNow (best run)")
-    axis.set_title("atlasbus and spark-redis on the same stream, same Redis, same run")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.set_title("atlasbus and spark-redis: same stream, same Redis, same run", fontsize=10)
+    axis.set_xlim(0, max(in_batch + end_to_end) * 1.15)
+    axis.legend(loc="center right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -180,7 +181,12 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")
     args = parser.parse_args()
+    if args.redraw:
+        saved = json.loads(RESULTS.read_text())["rates"]
+        chart({k: (v["end_to_end"], v["per_batch"]) for k, v in saved.items()}, CHART)
+        return
     os.environ["PYSPARK_PYTHON"] = sys.executable
     peer_python()
 
