@@ -37,7 +37,7 @@ from pyspark_atlasbus.session import local_session
 url, bare, wrong, unreachable, password = (
     os.environ[k] for k in ("LEAK_URL", "LEAK_BARE", "LEAK_WRONG", "LEAK_UNREACHABLE", "LEAK_PW")
 )
-spark = local_session("leak", log_level="INFO")
+spark = local_session("leak", log_level="INFO", delta=False)  # Redis credentials: no Delta needed
 spark.sparkContext.setLogLevel("INFO")
 
 
