@@ -181,7 +181,7 @@ def run_pipeline(
         failure = f"publishing to Redis failed: {publisher.error}"
     if failure is None and not stop.event.is_set():
         compact_tables(paths, clock)
-    committed = committed_offsets(query) if query is not None else {}
+    committed = committed_offsets(query, paths) if query is not None else {}
     summary = Summary.collect(
         paths,
         client,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from atlasbus.offsets import StreamOffsets
-from pyspark_atlasbus.demo.common import STREAM_PREFIX, STREAMS
+from pyspark_atlasbus.demo.common import EVENTS_APP_ID, STREAM_PREFIX, STREAMS
 from pyspark_atlasbus.demo.server import redacted_url
 from pyspark_atlasbus.demo.writer import table_rows
 
@@ -42,17 +42,47 @@ class Paths:
         return self.root / "checkpoint"
 
 
-def committed_offsets(query: Any) -> dict[str, str]:
-    """The end offsets ({stream: last entry ID read}) of the last micro-batch that completed.
+def committed_offsets(query: Any, paths: Paths) -> dict[str, str]:
+    """The end offsets ({stream: last entry ID read}) of the last micro-batch in the events table.
 
-    From the query's progress, which Spark reports once a batch is committed: exact, unlike the
-    consumer group, which the source moves there only when the next batch is planned.
+    The table says which batch it holds last (its app transaction: the query's ID for Spark's
+    Delta sink, ``EVENTS_APP_ID`` for the delta-rs writer), and the checkpoint's offset log
+    says where that batch ended. After Ctrl-C this is exact where the query's progress is not:
+    a batch can be in the table before Spark reports it. Falls back to the progress.
     """
+    batch = _last_batch_in_table(paths.events, (str(query.id), EVENTS_APP_ID))
+    if batch is not None:
+        logged = _logged_end_offset(paths.checkpoint / "offsets" / str(batch))
+        if logged is not None:
+            return logged
     progress = query.lastProgress
     sources = progress["sources"] if progress else None
     if not sources:
         return {}
-    end = sources[0]["endOffset"]
+    return _positions(sources[0]["endOffset"])
+
+
+def _last_batch_in_table(table: Path, app_ids: tuple[str, ...]) -> int | None:
+    from deltalake import DeltaTable
+
+    try:
+        events = DeltaTable(str(table))
+    except Exception:  # no table yet
+        return None
+    versions = [v for v in (events.transaction_version(a) for a in app_ids) if v is not None]
+    return max(versions) if versions else None
+
+
+def _logged_end_offset(offsets_file: Path) -> dict[str, str] | None:
+    """The source's end offset in one of Spark's offset log files ("v1", metadata, offsets)."""
+    try:
+        lines = offsets_file.read_text().splitlines()
+    except OSError:
+        return None
+    return _positions(lines[2]) if len(lines) > 2 else None
+
+
+def _positions(end: Any) -> dict[str, str]:
     if isinstance(end, str):
         end = json.loads(end)
     # a stream's value may be the plan object the source records ({"id": ..., "cuts": ...})
