@@ -3,6 +3,7 @@
 Reads topics ``a`` and ``b`` with small partitions and writes either to the atlasbus sink
 (topic ``target``), to Spark's parquet sink, or to Spark's Delta sink (``format("delta")``,
 needing the Delta Lake jars ``local_session`` loads), on a checkpoint that survives the kills.
+``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group).
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
 prints ``DONE`` and exits.
 """
@@ -21,6 +22,13 @@ def main() -> None:
     parser.add_argument("--sink", choices=["atlasbus", "parquet", "delta"], required=True)
     parser.add_argument("--out", help="the parquet or Delta sink's path")
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another option of the source (repeatable)",
+    )
     args = parser.parse_args()
 
     from pyspark_atlasbus.session import local_session
@@ -33,6 +41,7 @@ def main() -> None:
         .option("streamPrefix", args.prefix)
         .option("topics", "a,b")
         .option("maxEntriesPerPartition", "700")
+        .options(**dict(option.split("=", 1) for option in args.source_option))
         .load()
     )
     if args.sink == "atlasbus":

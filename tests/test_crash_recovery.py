@@ -9,6 +9,7 @@ exactly once. The figures (restart times, counts) are printed for the closing no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -44,11 +45,13 @@ class Publisher(threading.Thread):
         total: int = TOTAL,
         per_second: int = STEADY_PER_SECOND,
         burst: int = BURST,
+        new_correlation_id: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
         super().__init__(daemon=True)
         self.client = redis.Redis.from_url(url)
         self.prefix = prefix
         self.total, self.per_second, self.burst = total, per_second, burst
+        self.new_correlation_id = new_correlation_id
         self.correlation_ids: list[str] = []
         self.error: BaseException | None = None
 
@@ -61,7 +64,7 @@ class Publisher(threading.Thread):
                 count = min(count, self.total - len(self.correlation_ids))
                 pipe = self.client.pipeline(transaction=False)
                 for _ in range(count):
-                    cid = uuid.uuid4().hex
+                    cid = self.new_correlation_id()
                     topic = "a" if rng.random() < 0.6 else "b"
                     pipe.xadd(
                         f"{self.prefix}:{topic}",
@@ -83,17 +86,21 @@ class Publisher(threading.Thread):
             self.error = exc
 
 
-def _start_query(args: list[str]) -> tuple[subprocess.Popen[str], float]:
-    """Start the query process and wait until its query runs; returns it and the time taken."""
+def _start_query(args: list[str], log: Path | None = None) -> tuple[subprocess.Popen[str], float]:
+    """Start the query process and wait until its query runs; returns it and the time taken.
+
+    ``log``: a file the process's stderr is appended to (for a failure's cause)."""
     began = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, QUERY_SCRIPT, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
+    with contextlib.ExitStack() as files:  # the child keeps its own copy of the log's handle
+        stderr = files.enter_context(log.open("a")) if log is not None else subprocess.DEVNULL
+        process = subprocess.Popen(
+            [sys.executable, QUERY_SCRIPT, *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
     assert process.stdout is not None
     line = process.stdout.readline()
     if "STARTED" not in line:
@@ -103,6 +110,8 @@ def _start_query(args: list[str]) -> tuple[subprocess.Popen[str], float]:
 
 
 def _kill(process: subprocess.Popen[str]) -> None:
+    # a query that ended by itself (a failure, a false data-loss report) is not a crash test
+    assert process.poll() is None, f"the query process had ended (exit {process.returncode})"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(60)
 

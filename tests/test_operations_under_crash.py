@@ -1,0 +1,250 @@
+"""Retention, the reaper and the bus's own deletions at once, across driver SIGKILLs.
+
+While a publisher appends to topics a and b, the bus's consumer group ``bus`` reads every entry
+and acks all but the poison ones (about one in 50), and a cleaner thread XDELs entries every
+consumer is past (the bus's XDEL-after-ack habit). The query, in a child process SIGKILLed
+three times and restarted on its checkpoint, mirrors its position to the group ``query``,
+trims with ``trimConsumed`` and sweeps ``bus`` with ``sweepDelete``. It runs with
+``failOnDataLoss`` on, so a false data-loss report would end it (and the test) at once.
+
+A last run catches up, sweeps every poison entry, reads a few more entries and trims. Then:
+the output holds every published entry exactly once; the bus's group received every entry
+(nothing trimmed or deleted before it read it); each poison entry is in the dead-letter table
+once and pending nowhere; and each stream is trimmed to the one entry at both groups'
+position, its last.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from atlasbus.dead_letters import DeadLetterTable
+from test_crash_recovery import Publisher, _kill, _report, _start_query
+
+TOTAL = 12_000
+KILLS = 3
+TOPICS = ("a", "b")
+
+
+def is_poison(correlation_id: str) -> bool:
+    """The entries the bus's consumer never acknowledges: about one in 50."""
+    return int(correlation_id, 16) % 50 == 0
+
+
+def healthy() -> str:
+    """A correlation ID the bus's consumer acknowledges."""
+    while is_poison(cid := uuid.uuid4().hex):
+        pass
+    return cid
+
+
+class BusConsumer(threading.Thread):
+    """The bus's own consumer group ``bus``: receives everything new, acks all but poison."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.streams = {f"{prefix}:{topic}": ">" for topic in TOPICS}
+        self.received: list[str] = []
+        self.poison: set[tuple[str, str]] = set()  # (stream, entry ID)
+        # each stream's last entry handled (poison noted): the cleaner stays below it
+        self.processed: dict[str, str] = {}
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                reply = self.client.xreadgroup("bus", "worker", self.streams, count=500, block=50)
+                if not reply:
+                    if self.stop.is_set():
+                        return
+                    continue
+                for raw_stream, entries in reply:
+                    stream = raw_stream.decode()
+                    acked = []
+                    for entry_id, fields in entries:
+                        correlation_id = fields[b"correlation_id"].decode()
+                        self.received.append(correlation_id)
+                        if is_poison(correlation_id):
+                            self.poison.add((stream, entry_id.decode()))
+                        else:
+                            acked.append(entry_id)
+                    if acked:
+                        self.client.xack(stream, "bus", *acked)
+                    self.processed[stream] = entries[-1][0].decode()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+class Cleaner(threading.Thread):
+    """XDELs what both groups are past and the bus acknowledged, as the bus's consumers do.
+
+    The entry at the slower group's position is kept: that is where the query resumes, and
+    the one the loss checks look at."""
+
+    def __init__(self, url: str, prefix: str, bus: BusConsumer) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.streams = [f"{prefix}:{topic}" for topic in TOPICS]
+        self.bus = bus
+        self.deleted = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.2):
+                for stream in self.streams:
+                    self.clean(stream)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def clean(self, stream: str) -> None:
+        groups = {g["name"]: g["last-delivered-id"] for g in self.client.xinfo_groups(stream)}
+        processed = self.bus.processed.get(stream)
+        if "query" not in groups or processed is None:
+            return
+        bound = min(groups["query"], processed, key=lambda i: tuple(map(int, i.split("-"))))
+        if bound == "0-0":  # nothing read yet (and "(0-0" is no valid range end)
+            return
+        poison = frozenset(self.bus.poison)  # copied at once: the bus's thread adds to it
+        pending = {i for s, i in poison if s == stream}  # the bus never acks them
+        entries = self.client.xrange(stream, "-", f"({bound}", count=300)
+        doomed = [entry_id for entry_id, _ in entries if entry_id not in pending]
+        if doomed:
+            self.deleted += self.client.xdel(stream, *doomed)
+
+
+def _commits(checkpoint: Path) -> int:
+    folder = checkpoint / "commits"
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
+
+
+@pytest.mark.spark
+def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_nothing(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    for topic in TOPICS:
+        r.xgroup_create(f"{prefix}:{topic}", "bus", id="0", mkstream=True)
+    checkpoint, out, table = tmp_path / "ck", tmp_path / "out", tmp_path / "dlq"
+    args = ["--url", redis_url, "--prefix", prefix, "--checkpoint", str(checkpoint)]
+    args += ["--sink", "parquet", "--out", str(out)]
+    for option in (
+        "group=query",
+        "trimConsumed=true",
+        "sweepGroup=bus",
+        "sweepMaxDeliveries=1",
+        "sweepMinIdle=2s",
+        "sweepDelete=true",
+        f"deadLetterTable={table}",
+    ):
+        args += ["--source-option", option]
+    log = tmp_path / "query.log"
+
+    publisher = Publisher(redis_url, prefix, total=TOTAL, per_second=100, burst=300)
+    bus = BusConsumer(redis_url, prefix)
+    cleaner = Cleaner(redis_url, prefix, bus)
+    for thread in (publisher, bus, cleaner):
+        thread.start()
+    restarts = []
+    while_publishing = 0
+    try:
+        for kill in range(KILLS):
+            process, took = _start_query(args, log)
+            restarts.append(took)
+            # a batch committed by this run (or nothing left to publish), then the kill
+            target = _commits(checkpoint) + 1
+            wait_for(
+                lambda t=target: _commits(checkpoint) >= t or not publisher.is_alive(),
+                "a batch",
+                process,
+                log,
+            )
+            time.sleep(0.5 * kill)  # kills at different points of a micro-batch
+            while_publishing += publisher.is_alive()
+            _kill(process)
+        publisher.join(300)
+        process, took = _start_query(args, log)  # the last run, killed once it has caught up
+        restarts.append(took)
+        published = publisher.correlation_ids
+        wait_for(lambda: len(bus.received) == len(published), "the bus's consumer", process, log)
+        pending = [f"{prefix}:{topic}" for topic in TOPICS]
+        wait_for(  # idle past sweepMinIdle, swept at a trigger
+            lambda: all(r.xpending(s, "bus")["pending"] == 0 for s in pending),
+            "the sweep of every poison entry",
+            process,
+            log,
+        )
+        # A few more entries: the query's next batch is committed with nothing pending, so
+        # the trim after it reaches the end of each stream.
+        tail = Publisher(
+            redis_url, prefix, total=20, per_second=200, burst=20, new_correlation_id=healthy
+        )
+        tail.run()  # in this thread
+        published = published + tail.correlation_ids
+        ends = {s: r.xrevrange(s, count=1)[0][0] for s in pending}
+        wait_for(
+            lambda: all(r.xlen(s) == 1 and group_position(r, s, "query") == ends[s] for s in ends),
+            "the trim after the last batch",
+            process,
+            log,
+        )
+        _kill(process)
+        bus.stop.set()
+        bus.join(60)
+    finally:
+        cleaner.stop.set()
+        cleaner.join(60)
+    for thread in (publisher, tail, bus, cleaner):
+        assert thread.error is None, repr(thread.error)
+
+    written = [row["correlation_id"] for row in spark.read.parquet(str(out)).collect()]
+    _report("parquet, trim + sweep + XDEL", published, written, restarts, kills=KILLS + 1)
+    poison = {cid for cid in published if is_poison(cid)}
+    print(
+        f"{while_publishing} of {KILLS} kills while publishing; cleaner deleted "
+        f"{cleaner.deleted} entries; {len(poison)} poison entries"
+    )
+    assert len(published) == TOTAL + 20
+    assert Counter(written) == Counter(published)  # no loss, no duplicate
+    assert Counter(bus.received) == Counter(published)  # nothing went before the bus read it
+    assert cleaner.deleted > 0
+
+    letters = DeadLetterTable(str(table)).to_pandas()
+    assert set(letters["stage"]) == {"retry-exhausted"}  # and no data-loss letter
+    assert letters["dead_letter_id"].is_unique
+    assert sorted(letters["entry_id"]) == sorted(i for _, i in bus.poison)
+    assert len(letters) == len(poison)
+    for stream, end in ends.items():  # each trimmed to the entry at every consumer's position
+        assert [entry_id for entry_id, _ in r.xrange(stream)] == [end]
+        assert group_position(r, stream, "bus") == end
+
+
+def group_position(r: redis.Redis, stream: str, group: str) -> bytes | None:
+    """The group's last-delivered ID, or None while it does not exist."""
+    for info in r.xinfo_groups(stream):
+        if info["name"].decode() == group:
+            return info["last-delivered-id"]
+    return None
+
+
+def wait_for(
+    condition: Callable[[], bool], what: str, process: subprocess.Popen[str], log: Path
+) -> None:
+    """Until ``condition`` holds (120 s at most), the query process staying up meanwhile."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert process.poll() is None, f"the query ended:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"waited 120 s for {what}"
+        time.sleep(0.05)
