@@ -128,7 +128,7 @@ VALID = ", ".join(COLUMNS)
         ),
         (
             ["replay", "--table", "{table}", "--stream-prefix", " "],
-            "atlasbus dlq replay: error: argument --stream-prefix: must not be empty",
+            "atlasbus dlq replay: error: argument --stream-prefix/--prefix: must not be empty",
         ),
         (
             ["replay", "--table", "{table}", "--url", ""],

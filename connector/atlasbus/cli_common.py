@@ -14,7 +14,9 @@ from typing import Any, Final
 
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError
+from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.option_reader import OptionReader
+from atlasbus.source_options import Subscription
 
 CLI_WORDING: Final = (
     ("option 'url' (or $REDIS_URL)", "--url (or $REDIS_URL)"),
@@ -92,6 +94,36 @@ def positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
+
+
+def add_bus_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    topics_help: str | None = None,
+    url_help: str = "Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
+    prefix_help: str = f"streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+) -> None:
+    """``--url``, ``--stream-prefix`` (or ``--prefix``) and, given its help, ``--topics``:
+    one name, type and default for each in every command. Read them back with
+    ``endpoint_from_flag(args.url)`` and ``subscription_from_flags(args)``."""
+    parser.add_argument("--url", type=non_empty, help=url_help)
+    parser.add_argument(
+        "--stream-prefix",
+        "--prefix",
+        dest="stream_prefix",
+        type=non_empty,
+        default=DEFAULT_STREAM_PREFIX,
+        help=prefix_help,
+    )
+    if topics_help is not None:
+        parser.add_argument("--topics", type=topics, help=topics_help)
+
+
+def subscription_from_flags(args: argparse.Namespace) -> Subscription:
+    """The streams ``--topics`` names under ``--stream-prefix``; without it, all under it."""
+    if args.topics is not None:
+        return Subscription("topics", tuple(dict.fromkeys(args.topics)), args.stream_prefix)
+    return Subscription("pattern", ("*",), args.stream_prefix)
 
 
 def endpoint_from_flag(url: str | None) -> RedisEndpoint:

@@ -25,6 +25,7 @@ from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
     HelpFormatter,
+    add_bus_flags,
     cell,
     cli_wording,
     duration,
@@ -32,6 +33,7 @@ from atlasbus.cli_common import (
     format_table,
     non_empty,
     positive,
+    subscription_from_flags,
 )
 from atlasbus.compact_cli import add_compact
 from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
@@ -39,7 +41,7 @@ from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX, DEFAULT_SWEEP_MIN_IDLE_MS
 from atlasbus.reaper import SweepResult, sweep_retry_exhausted
-from atlasbus.source_options import Subscription, SweepPolicy
+from atlasbus.source_options import SweepPolicy
 from atlasbus.streams import StreamCatalog
 
 SHOW_COLUMNS = (
@@ -132,16 +134,10 @@ def register(subparsers: Any) -> None:
         help="replay at most this many, oldest first; dead letters refused (replayed before, "
         "nothing to publish) do not count",
     )
-    replay.add_argument(
-        "--url",
-        type=non_empty,
-        help="Redis URL to publish to (default $REDIS_URL, else redis://localhost:6379/0)",
-    )
-    replay.add_argument(
-        "--stream-prefix",
-        type=non_empty,
-        default=DEFAULT_STREAM_PREFIX,
-        help=f"publish to {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+    add_bus_flags(
+        replay,
+        url_help="Redis URL to publish to (default $REDIS_URL, else redis://localhost:6379/0)",
+        prefix_help=f"publish to {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
     )
     replay.add_argument(
         "--again", action="store_true", help="also replay dead letters replayed before"
@@ -186,22 +182,8 @@ def register(subparsers: Any) -> None:
     sweep.add_argument(
         "--delete", action="store_true", help="also delete swept entries from their stream"
     )
-    sweep.add_argument(
-        "--topics",
-        type=non_empty,
-        help="comma-separated topics to sweep (default: every stream {stream-prefix}:*)",
-    )
-    sweep.add_argument(
-        "--stream-prefix",
-        "--prefix",
-        type=non_empty,
-        default=DEFAULT_STREAM_PREFIX,
-        help=f"streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
-    )
-    sweep.add_argument(
-        "--url",
-        type=non_empty,
-        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
+    add_bus_flags(
+        sweep, topics_help="comma-separated topics to sweep (default: every stream {prefix}:*)"
     )
     sweep.add_argument(
         "--dry-run",
@@ -353,13 +335,7 @@ def run_sweep(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _sweep(args: argparse.Namespace, out: TextIO) -> int:
     endpoint = endpoint_from_flag(args.url)
     prefix = args.stream_prefix
-    if args.topics is not None:
-        topics = [t.strip() for t in args.topics.split(",") if t.strip()]
-        if not topics:
-            raise ConfigurationError("--topics names no topic: give one or more, comma-separated")
-        subscription = Subscription("topics", tuple(dict.fromkeys(topics)), prefix)
-    else:
-        subscription = Subscription("pattern", ("*",), prefix)
+    subscription = subscription_from_flags(args)
     streams = StreamCatalog(endpoint).discover(subscription)
     if not streams:
         raise ConfigurationError(

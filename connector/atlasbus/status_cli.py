@@ -22,11 +22,11 @@ from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
     HelpFormatter,
+    add_bus_flags,
     cli_wording,
     endpoint_from_flag,
     non_empty,
     positive,
-    topics,
 )
 from atlasbus.errors import AtlasbusError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
@@ -48,23 +48,10 @@ def register(subparsers: Any) -> None:
         "with --table, dead letters by stage and reason in the last hour and in all. A few "
         "round trips whatever the number of streams; no entry is read. Starts no Spark.",
     )
-    status.add_argument(
-        "--url",
-        type=non_empty,
-        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
-    )
-    status.add_argument(
-        "--prefix",
-        "--stream-prefix",
-        dest="prefix",
-        type=non_empty,
-        default=DEFAULT_STREAM_PREFIX,
-        help=f"the streams {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
-    )
-    status.add_argument(
-        "--topics",
-        type=topics,
-        help="comma-separated topics to show (default: every stream under the prefix)",
+    add_bus_flags(
+        status,
+        prefix_help=f"the streams {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
+        topics_help="comma-separated topics to show (default: every stream under the prefix)",
     )
     status.add_argument(
         "--table",
@@ -132,7 +119,10 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
     reports = 0
     while True:
         status = bus_status(
-            endpoint, stream_prefix=args.prefix, topics=args.topics, dead_letter_table=args.table
+            endpoint,
+            stream_prefix=args.stream_prefix,
+            topics=args.topics,
+            dead_letter_table=args.table,
         )
         text = render(status)
         if args.output is not None:

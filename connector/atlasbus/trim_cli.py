@@ -18,17 +18,15 @@ import redis
 
 from atlasbus.cli_common import (
     HelpFormatter,
+    add_bus_flags,
     cli_wording,
     endpoint_from_flag,
     format_table,
-    non_empty,
-    topics,
+    subscription_from_flags,
 )
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import AtlasbusError
-from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.retention import DRY_RUN_COUNT_LIMIT, TrimResult, trim_consumed
-from atlasbus.source_options import Subscription
 from atlasbus.streams import StreamCatalog
 
 PROG = "atlasbus trim"
@@ -47,23 +45,9 @@ def register(subparsers: Any) -> None:
         "'group' option. Prints, per stream, the trim point, what goes and which group holds "
         "it back.",
     )
-    trim.add_argument(
-        "--url",
-        type=non_empty,
-        help="Redis URL (default $REDIS_URL, else redis://localhost:6379/0)",
-    )
-    trim.add_argument(
-        "--prefix",
-        "--stream-prefix",
-        dest="prefix",
-        type=non_empty,
-        default=DEFAULT_STREAM_PREFIX,
-        help=f"stream prefix: streams are {{prefix}}:{{topic}} (default {DEFAULT_STREAM_PREFIX})",
-    )
-    trim.add_argument(
-        "--topics",
-        type=topics,
-        help="comma-separated topics to trim (default: every stream under the prefix)",
+    add_bus_flags(
+        trim,
+        topics_help="comma-separated topics to trim (default: every stream under the prefix)",
     )
     trim.add_argument(
         "--dry-run",
@@ -80,10 +64,7 @@ def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         endpoint = endpoint_from_flag(args.url)
-        if args.topics is not None:
-            subscription = Subscription("topics", args.topics, args.prefix)
-        else:
-            subscription = Subscription("pattern", ("*",), args.prefix)
+        subscription = subscription_from_flags(args)
         streams = StreamCatalog(endpoint).discover(subscription)
         positions: dict[str, EntryId | None] = dict.fromkeys(streams)
         results = trim_consumed(endpoint, positions, dry_run=args.dry_run)
@@ -94,7 +75,7 @@ def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         sys.stderr.write(f"{PROG}: error: Redis replied: {first}\n")
         return 2
-    write_report(results, out, prefix=args.prefix, dry_run=args.dry_run)
+    write_report(results, out, prefix=args.stream_prefix, dry_run=args.dry_run)
     return 0
 
 
