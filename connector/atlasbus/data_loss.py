@@ -60,12 +60,16 @@ def lost_before_planning(
     *,
     added: int | None,
     present: int | None,
+    counted_after_info: bool = False,
 ) -> LostEntries | None:
     """Entries of ``(after, upto]`` already removed when the batch is planned; driver.
 
     ``added`` is how many entries were added to the range (Redis 7 counters), ``present`` how
     many are in it now; both None when unknown. ``after`` is an entry the query read (or ZERO
     for a stream new to the query, whose trimmed history is not loss).
+    ``counted_after_info``: ``present`` was counted by walking the range after ``info`` was
+    taken, so an entry deleted in between is among the missing though ``info`` does not
+    bound it; the range reported then reaches ``upto``.
     """
     if after == ZERO:
         return None
@@ -77,7 +81,8 @@ def lost_before_planning(
         missing = added - present
         if missing <= 0:
             return None
-        return LostEntries(stream, after, _upper_bound(after, upto, info), missing)
+        upper = upto if counted_after_info else _upper_bound(after, upto, info)
+        return LostEntries(stream, after, upper, missing)
     newest_deleted = info.max_deleted
     if newest_deleted is not None and newest_deleted > after:
         # Redis 7: an XDEL reached past the last-read entry; an unread entry went with it if

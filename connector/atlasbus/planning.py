@@ -140,7 +140,13 @@ def _plan_streams(
         w.present = w.walk.total
     losses = {
         w.stream: lost_before_planning(
-            w.stream, w.after, w.upto, w.info, added=w.added, present=w.present
+            w.stream,
+            w.after,
+            w.upto,
+            w.info,
+            added=w.added,
+            present=w.present,
+            counted_after_info=w.walk is not None,
         )
         for w in work
     }
