@@ -112,8 +112,9 @@ def test_an_xdel_between_xinfo_and_the_count_is_reported_inside_the_range(
 
     XINFO STREAM is taken when the batch's end is chosen; an XDEL above the start makes
     planning count the range afterwards. An entry deleted in between is missing from the
-    count but lies past the greatest deleted ID XINFO knew: the range reported reaches the
-    batch's end, so it holds all it counts (CI saw a range of 3 missing entries count 4)."""
+    count but lies past the greatest deleted ID that XINFO knew: the range's bound comes from
+    XINFO asked again after the count, so it holds all it counts (CI saw a range with 3
+    missing entries count 4)."""
     client, ids = _fill(server, 20)
     if int(client.info("server")["redis_version"].split(".")[0]) < 7:
         pytest.skip("counting what was deleted needs Redis 7's entries-added")
@@ -128,4 +129,4 @@ def test_an_xdel_between_xinfo_and_the_count_is_reported_inside_the_range(
     lost = mark_batch(catalog, options, start, end, infos=infos).plan(stream).lost
     assert lost is not None
     after, upto, count = lost
-    assert (str(after), str(upto), count) == (ids[4], ids[-1], 2)
+    assert (str(after), str(upto), count) == (ids[4], ids[15], 2)

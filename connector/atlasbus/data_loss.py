@@ -60,16 +60,18 @@ def lost_before_planning(
     *,
     added: int | None,
     present: int | None,
-    counted_after_info: bool = False,
+    walked: bool = False,
+    counted_info: StreamInfo | None = None,
 ) -> LostEntries | None:
     """Entries of ``(after, upto]`` already removed when the batch is planned; driver.
 
     ``added`` is how many entries were added to the range (Redis 7 counters), ``present`` how
     many are in it now; both None when unknown. ``after`` is an entry the query read (or ZERO
     for a stream new to the query, whose trimmed history is not loss).
-    ``counted_after_info``: ``present`` was counted by walking the range after ``info`` was
-    taken, so an entry deleted in between is among the missing though ``info`` does not
-    bound it; the range reported then reaches ``upto``.
+    ``walked``: ``present`` was counted by walking the range, after ``info`` was taken. An
+    entry deleted in between is among the missing but past what ``info`` knows of
+    deletions, so their upper bound is taken from ``counted_info``, XINFO asked after the
+    walk (None: the stream is gone, and the bound is ``upto``).
     """
     if after == ZERO:
         return None
@@ -81,7 +83,10 @@ def lost_before_planning(
         missing = added - present
         if missing <= 0:
             return None
-        upper = upto if counted_after_info else _upper_bound(after, upto, info)
+        if not walked:
+            upper = _upper_bound(after, upto, info)
+        else:
+            upper = upto if counted_info is None else _upper_bound(after, upto, counted_info)
         return LostEntries(stream, after, upper, missing)
     newest_deleted = info.max_deleted
     if newest_deleted is not None and newest_deleted > after:

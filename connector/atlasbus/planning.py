@@ -138,6 +138,9 @@ def _plan_streams(
     for w in recount:
         assert w.walk is not None
         w.present = w.walk.total
+    # A walk counts after XINFO was taken: deletions in between are bounded by a later XINFO.
+    walked = [w.stream for w in work if w.walk is not None and w.added is not None]
+    counted_infos = catalog.info(walked) if walked else {}
     losses = {
         w.stream: lost_before_planning(
             w.stream,
@@ -146,7 +149,8 @@ def _plan_streams(
             w.info,
             added=w.added,
             present=w.present,
-            counted_after_info=w.walk is not None,
+            walked=w.stream in counted_infos,
+            counted_info=counted_infos.get(w.stream),
         )
         for w in work
     }
