@@ -116,8 +116,6 @@ def test_an_xdel_between_xinfo_and_the_count_is_reported_inside_the_range(
     XINFO asked again after the count, so it holds all it counts (CI saw a range with 3
     missing entries count 4)."""
     client, ids = _fill(server, 20)
-    if int(client.info("server")["redis_version"].split(".")[0]) < 7:
-        pytest.skip("counting what was deleted needs Redis 7's entries-added")
     options = parse_source_options({"url": server.url, "topics": "t", "failOnDataLoss": "false"})
     catalog = StreamCatalog(options.endpoint)
     stream = "atlas_bus:t"
@@ -127,6 +125,11 @@ def test_an_xdel_between_xinfo_and_the_count_is_reported_inside_the_range(
     client.xdel(stream, ids[15])  # the bus again, before planning counts
     end = {stream: EntryId.parse(ids[-1])}
     lost = mark_batch(catalog, options, start, end, infos=infos).plan(stream).lost
+    if int(client.info("server")["redis_version"].split(".")[0]) < 7:
+        # 6.2 records no XDEL: unread entries deleted while the last-read one stays go
+        # unseen (docs/guarantees.md)
+        assert lost is None
+        return
     assert lost is not None
     after, upto, count = lost
     assert (str(after), str(upto), count) == (ids[4], ids[15], 2)
