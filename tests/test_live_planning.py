@@ -339,3 +339,46 @@ def test_streams_planned_together_get_the_plans_each_gets_alone(
             assert big.counts is None
             assert big.cuts == tuple(high for _, high in by_time[:-1])
             assert 1 <= len(big.cuts) <= 8
+
+
+# --- 5. minPartitions: small batches over both cores ------------------------------------------
+
+
+def test_min_partitions_cuts_a_small_batch_by_time_into_that_many_pieces_without_a_walk(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Kafka's minPartitions: a batch under maxEntriesPerPartition is one task without it; with
+    it, each stream gets pieces in proportion to its entries, cut by time (nothing walked)."""
+    topics = "t,u"
+    ids = {"t": publish(r, prefix, "t", 3000), "u": publish(r, prefix, "u", 1000)}
+    start = StreamOffsets({f"{prefix}:{t}": EntryId.parse(ids[t][99]) for t in ids})
+    wanted = ids["t"][100:] + ids["u"][100:]
+
+    alone = _options(redis_url, prefix, topics=topics)
+    ranges = _plan(alone, start, _end(alone, start))
+    assert [r.stream for r in ranges] == [f"{prefix}:t", f"{prefix}:u"]
+
+    options = _options(redis_url, prefix, topics=topics, minPartitions="4")
+    ranges = _plan(options, start, _end(options, start))
+    assert [r.stream for r in ranges] == [f"{prefix}:t"] * 3 + [f"{prefix}:u"]
+    assert all(r.expected is None for r in ranges[:3])  # cut by time: counts unknown per piece
+    assert sorted(_read_ids(options, ranges)) == sorted(wanted)  # every entry once
+    assert all(a.upto == b.after for a, b in itertools.pairwise(ranges[:3]))
+
+    # by time means by sequence number when the entries share a millisecond, and at
+    # millisecond bounds otherwise: as many pieces as the milliseconds allow, up to 3
+    more = _options(redis_url, prefix, topics="t", minPartitions="3", maxEntriesPerPartition="2")
+    one = StreamOffsets({f"{prefix}:t": EntryId.parse(ids["t"][-3])})
+    pieces = _plan(more, one, _end(more, one))
+    assert _read_ids(more, pieces) == ids["t"][-2:]
+
+
+def test_min_partitions_is_validated_and_refused_with_pending_of(redis_url: str) -> None:
+    base = {"url": redis_url, "topics": "t"}
+    with pytest.raises(ConfigurationError, match="option 'minPartitions'"):
+        parse_source_options({**base, "minPartitions": "0"})
+    with pytest.raises(ConfigurationError) as info:
+        parse_source_options({**base, "pendingOf": "g", "minPartitions": "2"})
+    assert str(info.value).startswith(
+        "option 'minPartitions' does not apply with option 'pendingOf'"
+    )

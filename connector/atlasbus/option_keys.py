@@ -25,6 +25,7 @@ ENDING_OFFSETS = "endingOffsets"
 GROUP = "group"
 MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
 MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
+MIN_PARTITIONS = "minPartitions"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 FORMAT = "format"
 INCLUDE_RAW_FIELDS = "includeRawFields"
@@ -57,6 +58,7 @@ SOURCE_OPTIONS = (
     MIN_ENTRIES_PER_TRIGGER,
     MAX_TRIGGER_DELAY,
     MAX_ENTRIES_PER_PARTITION,
+    MIN_PARTITIONS,
     FAIL_ON_DATA_LOSS,
     FORMAT,
     INCLUDE_RAW_FIELDS,

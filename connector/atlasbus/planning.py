@@ -14,8 +14,9 @@ Runs on the driver, in two steps:
 A piece is cut after every ``maxEntriesPerPartition`` entries where planning counted them
 (admission control walks the range anyway, and so does a range with XDEL'd entries on Redis 7
 or one needing several pieces of up to ``COUNT_CUTS_UP_TO`` entries in all); beyond that, as
-equal slices of time from the first entry in range. Each entry falls in
-exactly one piece whatever the cuts are. Offsets without a recorded plan (atlasbus 0.1
+equal slices of time from the first entry in range. ``minPartitions`` asks for more pieces
+than that (Kafka's option), cut by time so nothing is walked. Each entry falls in exactly
+one piece whatever the cuts are. Offsets without a recorded plan (atlasbus 0.1
 checkpoints, hand-written ``endingOffsets``) give one piece per stream.
 """
 
@@ -157,7 +158,13 @@ def _plan_streams(
 
     uncounted = [w for w in work if w.walk is None]
     # the first entry is needed to estimate an unknown count, and to cut by time
-    looked_up = [w for w in uncounted if w.present is None or w.present > COUNT_CUTS_UP_TO]
+    looked_up = [
+        w
+        for w in uncounted
+        if w.present is None
+        or w.present > COUNT_CUTS_UP_TO
+        or (options.min_partitions is not None and w.present > 1)
+    ]
     found: dict[str, EntryId | None] = {}
     for w in looked_up:
         known, first = _first_known(w)
@@ -165,18 +172,27 @@ def _plan_streams(
             found[w.stream] = first
     asked = [w for w in looked_up if w.stream not in found]
     found.update(catalog.first_in_ranges({w.stream: (w.after, w.upto) for w in asked}))
+    entries: dict[str, int] = {}
+    for w in work:
+        w.first = found.get(w.stream)
+        if w.walk is not None:
+            entries[w.stream] = w.walk.total
+        elif w.present is not None:
+            entries[w.stream] = w.present
+        elif w.first is not None:
+            entries[w.stream] = estimate_entries(w.info, w.first, w.upto)
+    wanted = pieces_wanted(options.min_partitions, entries)
     to_count = []
     for w in uncounted:
-        w.first = found.get(w.stream)
-        entries = w.present
-        if entries is None and w.first is not None:
-            entries = estimate_entries(w.info, w.first, w.upto)
-        if entries is None or entries <= size:
+        if w.stream not in entries:
             continue
-        if entries <= COUNT_CUTS_UP_TO:
+        by_size = math.ceil(entries[w.stream] / size)
+        pieces = max(by_size, wanted.get(w.stream, 1))
+        if pieces <= 1:
+            continue
+        if pieces == by_size and entries[w.stream] <= COUNT_CUTS_UP_TO:
             to_count.append(w)
         elif w.first is not None:
-            pieces = math.ceil(entries / size)
             w.cuts = tuple(hi for _, hi in split_range(w.after, w.first, w.upto, pieces)[:-1])
     _count(catalog, size, to_count)
 
@@ -317,6 +333,17 @@ def recorded_losses(start: Mapping[str, EntryId], end: StreamOffsets) -> list[Lo
         if lost is not None:
             losses.append(LostEntries(stream, *lost))
     return losses
+
+
+def pieces_wanted(min_partitions: int | None, entries: Mapping[str, int]) -> dict[str, int]:
+    """``minPartitions``, as Kafka's source divides it: each stream gets pieces in proportion
+    to its share of the batch's entries, rounded, at least one; none without the option."""
+    total = sum(entries.values())
+    if min_partitions is None or total == 0:
+        return {}
+    return {
+        stream: max(1, round(count / total * min_partitions)) for stream, count in entries.items()
+    }
 
 
 def estimate_entries(info: StreamInfo, first: EntryId, upto: EntryId) -> int:

@@ -136,6 +136,8 @@ class SourceOptions:
     trim_consumed: bool = False
     pending_of: str | None = None
     sweep: SweepPolicy | None = None
+    # Kafka's minPartitions: cut a batch into about this many tasks at least (by time).
+    min_partitions: int | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         trim_consumed=reader.boolean(keys.TRIM_CONSUMED, False),
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
         sweep=_parse_sweep(reader, shared.dead_letter_table),
+        min_partitions=reader.positive_int(keys.MIN_PARTITIONS),
     )
     _refuse_what_pending_ignores(parsed)
     if parsed.dead_letter_table is not None and parsed.format == "raw":
@@ -218,6 +221,7 @@ def _refuse_what_pending_ignores(options: SourceOptions) -> None:
             (keys.STARTING_TIMESTAMP, options.starting.kind == "timestamp"),
             (keys.ENDING_OFFSETS, options.ending is not None),
             (keys.GROUP, options.group is not None),
+            (keys.MIN_PARTITIONS, options.min_partitions is not None),
             (keys.DEAD_LETTER_TABLE, options.dead_letter_table is not None),
         )
         if given
