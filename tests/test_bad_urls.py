@@ -22,7 +22,7 @@ MAX = 2**63 - 1
 SOURCE_ACCEPTED = (
     "deadLetterTable, endingOffsets, failOnDataLoss, format, group, includeRawFields, "
     "maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, minEntriesPerTrigger, "
-    "pageSize, password, pendingOf, startingOffsets, startingTimestamp, streamPrefix, streams, "
+    "minPartitions, pageSize, password, pendingOf, startingOffsets, startingTimestamp, streamPrefix, streams, "
     "sweepDelete, sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, "
     "trimConsumed, url, username"
 )
