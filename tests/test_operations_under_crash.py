@@ -4,7 +4,8 @@ While a publisher appends to topics a and b, the bus's consumer group ``bus`` re
 and acks all but the poison ones (about one in 50), and a cleaner thread XDELs entries every
 consumer is past (the bus's XDEL-after-ack habit). The query, in a child process SIGKILLed
 three times and restarted on its checkpoint, mirrors its position to the group ``query``,
-trims with ``trimConsumed`` and sweeps ``bus`` with ``sweepDelete``. It runs with
+trims with ``trimConsumed``, sweeps ``bus`` with ``sweepDelete`` and cuts each batch into
+three pieces by time (``minPartitions``). It runs with
 ``failOnDataLoss`` on, so a false data-loss report would end it (and the test) at once.
 
 A last run catches up, sweeps every poison entry, reads a few more entries and trims. Then:
@@ -147,6 +148,7 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
         "sweepMaxDeliveries=1",
         "sweepMinIdle=2s",
         "sweepDelete=true",
+        "minPartitions=3",  # small batches cut by time: the task-side loss checks without counts
         f"deadLetterTable={table}",
     ):
         args += ["--source-option", option]
