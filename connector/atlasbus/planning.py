@@ -139,22 +139,29 @@ def _plan_streams(
     for w in recount:
         assert w.walk is not None
         w.present = w.walk.total
-    # A walk counts after XINFO was taken: deletions in between are bounded by a later XINFO.
-    walked = [w.stream for w in work if w.walk is not None and w.added is not None]
-    counted_infos = catalog.info(walked) if walked else {}
     losses = {
         w.stream: lost_before_planning(
-            w.stream,
-            w.after,
-            w.upto,
-            w.info,
-            added=w.added,
-            present=w.present,
-            walked=w.stream in counted_infos,
-            counted_info=counted_infos.get(w.stream),
+            w.stream, w.after, w.upto, w.info, added=w.added, present=w.present
         )
         for w in work
     }
+    # A walk counts after XINFO was taken: an entry deleted in between lies past what that
+    # XINFO bounds, so a loss a walk counted takes its bound from XINFO asked again (one
+    # round trip, only then).
+    recheck = [w for w in work if w.walk is not None and _counted(losses[w.stream])]
+    if recheck:
+        later = catalog.info([w.stream for w in recheck])
+        for w in recheck:
+            losses[w.stream] = lost_before_planning(
+                w.stream,
+                w.after,
+                w.upto,
+                w.info,
+                added=w.added,
+                present=w.present,
+                walked=True,
+                counted_info=later[w.stream],
+            )
 
     uncounted = [w for w in work if w.walk is None]
     # the first entry is needed to estimate an unknown count, and to cut by time
@@ -252,6 +259,10 @@ def _counted_on(w: _Planning, start: StreamOffsets, lost: LostEntries | None) ->
     if base is None:
         return None
     return base + w.walk.total + (lost.count or 0 if lost is not None else 0)
+
+
+def _counted(lost: LostEntries | None) -> bool:
+    return lost is not None and lost.count is not None
 
 
 def _first_known(w: _Planning) -> tuple[bool, EntryId | None]:
