@@ -434,3 +434,55 @@ def test_two_hundred_batches_with_a_bad_entry_each_cost_one_commit_each_and_noth
         assert task(b) == per_batch - 1
     assert version() == settled
     assert dlq.to_arrow(all_rows=True).num_rows == batches
+
+
+def test_pages_decoded_one_by_one_are_joined_into_batches_in_order(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """23,000 entries in pages of 1,000: batches of 10,000, 10,000 and 3,000 entries, each
+    batch's malformed entries (on several of its pages) recorded in one append before it."""
+    from atlasbus.dead_letters import QueryContext
+    from atlasbus.planning import ReadRange
+    from atlasbus.reader import TARGET_BATCH_ROWS, read_range
+    from atlasbus.source_options import parse_source_options
+
+    stream, total = f"{prefix}:orders", 23_000
+    bad = {i for i in range(1, total + 1) if i % 997 == 0 or i in (1, 10_000, 10_001, total)}
+    pipe = r.pipeline(transaction=False)
+    for i in range(1, total + 1):
+        fields = envelope("orders", i)
+        if i in bad:
+            fields["priority"] = "not-a-number"
+        pipe.xadd(stream, fields, id=f"{i}-0")
+    pipe.execute()
+    whole = ReadRange(stream, "orders", EntryId(0, 0), EntryId(2**63, 0))
+    plain = {"url": redis_url, "streamPrefix": prefix, "topics": "orders", "pageSize": "1000"}
+    assert TARGET_BATCH_ROWS == 10_000
+
+    batches = list(read_range(parse_source_options(plain), whole))
+    assert [b.num_rows for b in batches] == [10_000, 10_000, 3_000]
+    rows = pa.Table.from_batches(batches)
+    assert rows.column("id").to_pylist() == [f"{i}-0" for i in range(1, total + 1)]
+    errors = rows.column("error").to_pylist()
+    assert [i for i, error in enumerate(errors, 1) if error is not None] == sorted(bad)
+    assert rows.column("priority").to_pylist() == [
+        None if i in bad else i % 10 for i in range(1, total + 1)
+    ]
+
+    uri = tmp_path / "dlq"
+    routed = parse_source_options({**plain, "deadLetterTable": str(uri)})
+    dlq = DeadLetterTable(uri)
+    versions: list[int] = []
+    good: list[pa.RecordBatch] = []
+    for batch in read_range(routed, whole, context=QueryContext("q", "pages", 0)):
+        versions.append(dlq.version())  # the batch's letters are committed before it is seen
+        good.append(batch)
+    bounds = ((0, 10_000), (10_000, 20_000), (20_000, total))
+    assert [b.num_rows for b in good] == [
+        hi - lo - sum(1 for i in bad if lo < i <= hi) for lo, hi in bounds
+    ]
+    assert pa.Table.from_batches(good).column("id").to_pylist() == [
+        f"{i}-0" for i in range(1, total + 1) if i not in bad
+    ]
+    assert versions == [1, 2, 3]  # version 0 creates the table; each batch appends once
+    assert sorted(dlq.to_arrow().column("entry_id").to_pylist()) == sorted(f"{i}-0" for i in bad)

@@ -2,9 +2,10 @@
 
 This is the hot path: every entry the source reads passes through here. Work is done column
 by column with Arrow kernels; Python touches each entry only to pick its values out of the
-reply and to validate the JSON of ``payload``, ``tracing`` and ``metadata`` (orjson). A
-malformed entry never raises: it becomes a row whose ``error`` says what is wrong and whose
-``fields`` hold the raw entry (``atlasbus.raw_fields``), so nothing is lost.
+reply and to validate the JSON of ``payload`` (``atlasbus.json_objects``), ``tracing`` and
+``metadata`` (orjson, which also builds their maps). A malformed entry never raises: it becomes
+a row whose ``error`` says what is wrong and whose ``fields`` hold the raw entry
+(``atlasbus.raw_fields``), so nothing is lost.
 
 An entry decodes the same whatever its neighbours on the page: each column has a fast path for
 a page whose values are all of the common, plainly well-formed shape, and a per-row path for the
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
+from atlasbus.json_objects import all_json_objects
 from atlasbus.raw_fields import raw_text, raw_text_array
 from atlasbus.reasons import (
     DECODE_REASONS,
@@ -181,9 +183,9 @@ def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.Re
 def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[bytes | None]]:
     """Values per field name (the last one where an entry repeats a name).
 
-    Fast when all entries share one field order (the usual case): the page is transposed
-    with ``zip`` and each name column checked with ``count``, both in C, so Python does no
-    work per entry.
+    Fast when all entries share one field order (the usual case): the page is flattened with
+    ``chain``, and each name's column, a strided slice, is checked with ``count``, all in C,
+    so Python does no work per entry.
     """
     if not field_lists:
         return {}
@@ -191,11 +193,11 @@ def _columns_by_field(field_lists: list[Sequence[bytes]]) -> dict[bytes, list[by
     names = first[0::2]
     width = len(first)
     if len(set(names)) == len(names) and set(map(len, field_lists)) == {width}:
-        transposed = list(zip(*field_lists, strict=True))
+        flat: list[bytes | None] = list(chain.from_iterable(field_lists))
         size = len(field_lists)
-        name_positions = list(zip(range(0, width, 2), names, strict=True))
-        if all(transposed[i].count(name) == size for i, name in name_positions):
-            return {name: list(transposed[i + 1]) for i, name in name_positions}
+        positions = list(zip(range(0, width, 2), names, strict=True))
+        if all(flat[i::width].count(name) == size for i, name in positions):
+            return {name: flat[i + 1 :: width] for i, name in positions}
     by_entry = [dict(zip(f[0::2], f[1::2], strict=False)) for f in field_lists]
     all_names = dict.fromkeys(chain.from_iterable(by_entry))
     return {name: [d.get(name) for d in by_entry] for name in all_names}
@@ -215,9 +217,7 @@ def _timestamps_of(ids: pa.Array) -> pa.Array:
 
 
 def _repeat(value: str, size: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(
-        pa.array([0] * size, pa.int32()), pa.array([value], pa.string())
-    ).cast(pa.string())
+    return pa.repeat(pa.scalar(value, pa.string()), size)
 
 
 # --- typed columns ---------------------------------------------------------------------------
@@ -277,8 +277,8 @@ def _payload_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Ar
     _report_missing(values, wire.PAYLOAD, errors)
     if values is None:
         return pa.nulls(errors.size, pa.string())
-    if _all_json_objects(values):
-        # orjson took every value, and it takes only valid UTF-8: no second check needed
+    if all_json_objects(values):
+        # every value is valid JSON, hence valid UTF-8: no second check needed
         return pa.array(values, pa.binary()).view(pa.string())
     text, valid = _utf8(values, wire.PAYLOAD, errors)
     _check_json_objects(valid, wire.PAYLOAD, errors)
@@ -388,7 +388,7 @@ def _add_time_problem(row: int, text: str, errors: _Errors) -> None:
 
 def _check_json_objects(values: list[bytes | None], name: bytes, errors: _Errors) -> None:
     """Report each value that is not a JSON object (None: absent or already reported)."""
-    if _all_json_objects(values):
+    if all_json_objects(values):
         return
     loads = orjson.loads
     for row, value in enumerate(values):
@@ -401,18 +401,6 @@ def _check_json_objects(values: list[bytes | None], name: bytes, errors: _Errors
         except orjson.JSONDecodeError:
             problem, reason = "is not valid JSON", INVALID_JSON
         errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
-
-
-def _all_json_objects(values: list[bytes | None]) -> bool:
-    """Whether every value is a JSON object, checked with no Python code per value.
-
-    ``map`` drives orjson from C; any None, invalid text or non-object ends the check early,
-    and the caller then finds and names the bad rows one by one.
-    """
-    try:
-        return all(map(isinstance, map(_loads_any, values), repeat(dict)))
-    except (orjson.JSONDecodeError, TypeError):
-        return False
 
 
 def _map_column(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> pa.Array:

@@ -3,9 +3,10 @@
 This is the sink's hot path. Work is done column by column with Arrow kernels and ends in one
 RESP-encoded ``XADD`` per row, laid back to back in a single buffer, so a chunk of rows is one
 contiguous slice handed to the socket: no per-row command packing in Python. Python touches a
-row only to check that JSON text is a JSON object (orjson) and to serialise structs and maps
-that are not ``map<string,string>``. A row that cannot be published becomes a ``Rejection``
-naming its topic, column and reason, and sends nothing.
+row only to check that JSON text is a JSON object (``atlasbus.json_objects``, orjson for the
+rows it cannot vouch for) and to serialise structs and maps that are not
+``map<string,string>``. A row that cannot be published becomes a ``Rejection`` naming its
+topic, column and reason, and sends nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow.types as pat
 
 from atlasbus import envelope as wire
 from atlasbus import sink_columns as cols
+from atlasbus.json_objects import all_json_objects
 from atlasbus.reasons import (
     EMPTY_TOPIC,
     INVALID_JSON,
@@ -307,8 +309,11 @@ def _is_text(type_: pa.DataType) -> bool:
 
 def _check_json_objects(text: pa.Array, column: str, rejections: _Rejections) -> None:
     """JSON text is published verbatim, so it must already be one JSON object."""
+    values = text.cast(pa.large_binary()).to_pylist()
+    if all_json_objects([value for value in values if value is not None]):
+        return
     loads = orjson.loads
-    for row, value in enumerate(text.cast(pa.large_binary()).to_pylist()):
+    for row, value in enumerate(values):
         if value is None:
             continue
         try:

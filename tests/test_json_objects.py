@@ -1,0 +1,164 @@
+"""The fast JSON-object check says yes only where orjson, the contract's parser, says yes.
+
+``all_json_objects`` decides whether a page's payloads skip the per-value check. If it ever
+took a value orjson refuses, that entry would read as good on a page of good entries and as an
+error row alone, and the sink would publish what the source then dead-letters. So: on edge
+cases and on mutated documents, a yes must always be orjson's yes; and on ordinary documents
+it must be yes, or the decoder silently loses its fast path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from atlasbus.decode import decode_envelopes
+from atlasbus.json_objects import all_json_objects
+
+BOM = b"\xef\xbb\xbf"
+
+
+def orjson_object(value: bytes) -> bool:
+    try:
+        return type(orjson.loads(value)) is dict
+    except orjson.JSONDecodeError:
+        return False
+
+
+def nested(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+# Values where parsers commonly disagree: each with orjson's verdict (is it a JSON object?).
+EDGE_CASES = [
+    (b'{"a":1}', True),
+    (b' \t{"a":[]}\r\n', True),
+    (b'{"a":"\\ud834\\udd1e","b":"\xc3\xa9"}', True),
+    (b'{"a":1,"a":2}', True),
+    (b'{"a":-0,"b":1E+2,"c":1e-400,"d":5e-324}', True),
+    (BOM + b'{"a":1}', False),  # simdjson skips a leading byte order mark; orjson refuses it
+    (BOM + b" {}", False),
+    (b'{"a":"\\ud800"}', False),  # a lone surrogate escape
+    (b'{"a":"\xff"}', False),  # not UTF-8
+    (b'{"a":"\xed\xa0\x80"}', False),  # a surrogate encoded in UTF-8
+    (b'{"\xc0\xaf":1}', False),  # an overlong encoding
+    (b'{"a":NaN}', False),
+    (b'{"a":1e999}', False),
+    (b'{"a":01}', False),
+    (b'{"a":1.}', False),
+    (b'{"a":"tab\there"}', False),
+    (b'{"a":1,}', False),
+    (b'{"a":1} x', False),
+    (b'{"a":1}\x00', False),
+    (b"", False),
+    (b"[1]", False),
+    (b"1", False),
+    (b'"text"', False),
+    (nested(1100), False),
+]
+# orjson accepts these, simdjson does not: the check must say "not sure", never yes or a crash.
+ORJSON_ONLY = [
+    b'{"a":18446744073709551616}',  # beyond 64 bits
+    b'{"a":-9223372036854775809}',
+    nested(1024),
+]
+
+
+@pytest.mark.parametrize(("value", "is_object"), EDGE_CASES)
+def test_edge_cases_agree_with_orjson(value: bytes, is_object: bool) -> None:
+    assert orjson_object(value) is is_object
+    assert all_json_objects([value]) is is_object
+    assert all_json_objects([b"{}", value, b'{"b":2}']) is is_object
+
+
+@pytest.mark.parametrize("value", ORJSON_ONLY)
+def test_what_only_orjson_takes_is_left_to_orjson(value: bytes) -> None:
+    assert orjson_object(value)
+    assert all_json_objects([value]) is False
+
+
+def test_absent_values_and_empty_pages() -> None:
+    assert all_json_objects([]) is True
+    assert all_json_objects([b"{}", None]) is False
+
+
+@pytest.mark.parametrize("payload", [BOM + b'{"n":1}', b'{"n":18446744073709551616}', nested(1024)])
+def test_an_entry_decodes_the_same_alone_and_among_good_ones(payload: bytes) -> None:
+    def entry(index: int, value: bytes) -> list[Any]:
+        return [f"{index + 1}-0".encode(), [b"topic", b"t", b"priority", b"1", b"payload", value]]
+
+    alone = decode_envelopes([entry(0, payload)], topic="t", stream="s", include_raw_fields=False)
+    page = [entry(i, b'{"n":%d}' % i) for i in range(5)]
+    page.insert(2, entry(2, payload))
+    mixed = decode_envelopes(page, topic="t", stream="s", include_raw_fields=False)
+    assert mixed.slice(2, 1).column("error").to_pylist() == alone.column("error").to_pylist()
+    assert mixed.slice(2, 1).column("payload").to_pylist() == alone.column("payload").to_pylist()
+    if payload.startswith(BOM):
+        assert alone.column("error").to_pylist() == [
+            f"field 'payload' is not valid JSON: {payload.decode()!r}"
+        ]
+    else:
+        assert alone.column("error").to_pylist() == [None]
+        assert alone.column("payload").to_pylist() == [payload.decode()]
+
+
+# Bytes that break JSON in the ways parsers differ on: structure, numbers, escapes, encodings.
+JSON_BYTES = [
+    *b'{}[]",:0123456789.eE+-\\u tfnrl/ \t\n\r\x00\x7f',
+    0x80, 0xBF, 0xC0, 0xC3, 0xA9, 0xED, 0xA0, 0xEF, 0xBB, 0xF0, 0x9F, 0xF4, 0x90,
+]  # fmt: skip
+SEEDS = [
+    b'{"order_id":12,"items":[{"sku":"A","qty":2}],"note":"x\\n\\u00e9\\ud834\\udd1e"}',
+    b'{"a":[true,false,null,-0.0e+1,"\\"",{}]}',
+    '{"é":"ü€𝄞"}'.encode(),
+    b'{"n":18446744073709551615,"m":-9223372036854775808,"f":1.7976931348623157e308}',
+    BOM + b"{}",
+]
+
+
+@st.composite
+def mutated_documents(draw: st.DrawFn) -> bytes:
+    value = bytearray(draw(st.sampled_from(SEEDS)))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(value)))
+        byte = draw(st.sampled_from(JSON_BYTES))
+        action = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if action == "insert" or not value:
+            value[at:at] = bytes([byte])
+        elif action == "delete":
+            del value[min(at, len(value) - 1)]
+        else:
+            value[min(at, len(value) - 1)] = byte
+    return bytes(value)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(mutated_documents())
+def test_a_yes_is_always_orjsons_yes(value: bytes) -> None:
+    if all_json_objects([value]):
+        assert orjson_object(value), value
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), JSON_VALUES, max_size=6), st.booleans())
+def test_ordinary_objects_take_the_fast_path(document: dict[str, Any], ascii_only: bool) -> None:
+    text = json.dumps(document, ensure_ascii=ascii_only).encode()
+    assert all_json_objects([text, orjson.dumps(document)])
