@@ -9,7 +9,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from atlasbus.planning import ReadRange
-from atlasbus.reader import read_range
 from atlasbus.source_options import SourceOptions
 
 if TYPE_CHECKING:
@@ -33,6 +32,9 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Read exactly the planned range (batch and stream readers alike); executor."""
     if not isinstance(partition, RangePartition):
         return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
+    # the decoder's modules load here, on executors: the driver's runner never needs them
+    from atlasbus.reader import read_range
+
     return read_range(partition.options, partition.read, context=_context(partition))
 
 

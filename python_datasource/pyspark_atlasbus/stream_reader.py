@@ -26,7 +26,6 @@ from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
 from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.positions import BatchEnd, batch_end, latest_offsets, starting_offsets
-from atlasbus.reaper import sweep_retry_exhausted
 from atlasbus.retention import trim_consumed
 from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
@@ -151,6 +150,10 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not streams:
             return
         assert self.options.dead_letter_table is not None  # parsing requires it
+        # loaded only by a query that sweeps: it brings delta-rs, which would otherwise add
+        # 60 ms to every query's start (Spark's runner process imports this module)
+        from atlasbus.reaper import sweep_retry_exhausted
+
         result = sweep_retry_exhausted(
             self.options.endpoint,
             streams,
