@@ -12,6 +12,9 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
 * one-at-a-time baseline: XREAD COUNT 1, like the bus's own consumer (on a sample)
 * Spark alone: the same query shape and schema fed from pre-built Arrow batches of decoded
   envelopes, no Redis at all: the most any Python source can reach here, end to end
+* raw baseline as a Spark source: the same query shape reading Redis as the raw baseline does
+  (every field a string column, nothing decoded or checked): the least a Python source that
+  reads Redis pays inside Spark
 
 For the atlasbus query it also reports how long the query takes to start (start() to its first
 micro-batch: Spark launching the source's Python runner) and the rate inside the micro-batch.
@@ -38,7 +41,7 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -196,42 +199,40 @@ def publish(url: str, rows: int) -> float:
     return rows / (time.perf_counter() - started)
 
 
-def halves(url: str) -> list[tuple[str, str]]:
-    """Two ID ranges splitting the stream by time, one per process."""
-    import redis
+def raw_pages(url: str, bounds: tuple[str, str], names: list[str] | None = None) -> Any:
+    """Page through one range with XRANGE, each page as an Arrow batch of its ID and values.
 
-    client = redis.Redis.from_url(url)
-    first = int(client.xrange(STREAM, count=1)[0][0].split(b"-")[0])
-    last = int(client.xrevrange(STREAM, count=1)[0][0].split(b"-")[0])
-    middle = (first + last) // 2
-    return [("-", f"{middle}-18446744073709551615"), (f"({middle}-18446744073709551615", "+")]
-
-
-def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
-    """Read one half with XRANGE into Arrow batches; returns (rows, CPU seconds spent)."""
+    The vectorised conversion of measured-facts.md: one flat binary array, ``take`` per field,
+    cast to string. No decoding, no validation: the least a Python reader of Redis can do.
+    """
     import numpy as np
     import pyarrow as pa
     import redis
 
-    cpu_before = time.process_time()
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
     start, end = bounds
-    rows = 0
     while True:
         connection.send_command("XRANGE", STREAM, start, end, "COUNT", 1000)
         page = connection.read_response()
         if not page:
-            break
+            return
         width = len(page[0][1])
         flat = pa.array(list(chain.from_iterable(e[1] for e in page)), pa.binary())
         base = np.arange(len(page)) * width
         columns = [flat.take(pa.array(base + j)).cast(pa.string()) for j in range(1, width, 2)]
         ids = pa.array([e[0] for e in page], pa.binary()).cast(pa.string())
-        pa.RecordBatch.from_arrays([ids, *columns], names=[str(i) for i in range(len(columns) + 1)])
-        rows += len(page)
+        yield pa.RecordBatch.from_arrays(
+            [ids, *columns], names=names or [str(i) for i in range(len(columns) + 1)]
+        )
         if len(page) < 1000:
-            break
+            return
         start = b"(" + page[-1][0]
+
+
+def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
+    """Read one half with XRANGE into Arrow batches; returns (rows, CPU seconds spent)."""
+    cpu_before = time.process_time()
+    rows = sum(batch.num_rows for batch in raw_pages(url, bounds))
     return rows, time.process_time() - cpu_before
 
 
@@ -257,7 +258,7 @@ class Measured:
 
 
 def two_processes(function: Any, url: str, redis_cpu: RedisCpu) -> Measured:
-    parts = halves(url)
+    parts = time_slices(url, 2)
     with ProcessPoolExecutor(2) as pool:
         pool.submit(int, 0).result()  # workers up before the clock starts
         redis_before = redis_cpu.read()
@@ -404,6 +405,81 @@ def spark_ceiling(
     return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
+def time_slices(url: str, pieces: int) -> list[tuple[str, str]]:
+    """``pieces`` ID ranges splitting the stream by time, as atlasbus cuts a large range."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    first = int(client.xrange(STREAM, count=1)[0][0].split(b"-")[0])
+    last = int(client.xrevrange(STREAM, count=1)[0][0].split(b"-")[0])
+    cuts = [first - 1 + (last - first + 1) * i // pieces for i in range(pieces + 1)]
+    return [
+        (f"({lo}-18446744073709551615", f"{hi}-18446744073709551615") for lo, hi in pairwise(cuts)
+    ]
+
+
+def spark_bare_source(
+    spark: Any, url: str, rows: int, checkpoint_root: Path, meter: SparkCpu
+) -> QueryRun:
+    """The raw baseline as a Spark source: the least any Python source reading Redis pays.
+
+    The same query shape (as many tasks as atlasbus plans, cut by time; batches of 10,000
+    rows), reading with ``raw_pages``: every field a string column, nothing decoded or checked.
+    Its rows are cheaper for the JVM than the envelope schema's (no maps, no timestamps).
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
+
+    names = ["id", *envelope(0)]
+    slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
+
+    class Range(InputPartition):  # type: ignore[misc]
+        def __init__(self, bounds: tuple[str, str]) -> None:
+            self.bounds = bounds
+
+    class Reader(DataSourceStreamReader):  # type: ignore[misc]
+        def initialOffset(self) -> dict[str, int]:
+            return {"batch": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"batch": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Range]:
+            return [Range(bounds) for bounds in slices] if start != end else []
+
+        def read(self, partition: Range) -> Any:
+            import pyarrow as pa
+
+            pages: list[Any] = []
+            for page in raw_pages(url, partition.bounds, names):
+                pages.append(page)
+                if sum(p.num_rows for p in pages) >= 10_000:
+                    yield pa.Table.from_batches(pages).combine_chunks().to_batches()[0]
+                    pages = []
+            if pages:
+                yield pa.Table.from_batches(pages).combine_chunks().to_batches()[0]
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Bare(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "atlasbus_bench_bare"
+
+        def schema(self) -> str:
+            return ", ".join(f"{name} string" for name in names)
+
+        def streamReader(self, schema: Any) -> Reader:
+            return Reader()
+
+    spark.dataSource.register(Bare)
+    return run_to_noop(
+        spark.readStream.format("atlasbus_bench_bare").load(), rows, checkpoint_root, meter
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -458,12 +534,19 @@ def main() -> None:
         load_before = os.getloadavg()
         redis_cpu = RedisCpu(url)
         meter = SparkCpu(int(jvm_pid), redis_cpu)
-        results: dict[str, list[float]] = {"spark": [], "core": [], "raw": [], "ceiling": []}
+        results: dict[str, list[float]] = {
+            "spark": [],
+            "core": [],
+            "raw": [],
+            "ceiling": [],
+            "bare": [],
+        }
         cpu: dict[str, list[CpuSeconds]] = {name: [] for name in results}
         starts: list[float] = []
         in_batch: list[float] = []
         ceiling_in_batch: list[float] = []
         ceiling_starts: list[float] = []
+        bare_in_batch: list[float] = []
         for attempt in range(args.repeat):
             for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
                 measured = two_processes(reader, url, redis_cpu)
@@ -479,6 +562,10 @@ def main() -> None:
             ceiling_in_batch.append(ceiling.in_batch_rows_per_s)
             ceiling_starts.append(ceiling.start_s)
             cpu["ceiling"].append(ceiling.cpu)
+            bare = spark_bare_source(spark, url, args.rows, checkpoints, meter)
+            results["bare"].append(bare.rows_per_s)
+            bare_in_batch.append(bare.in_batch_rows_per_s)
+            cpu["bare"].append(bare.cpu)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
             print(f"  run {attempt + 1}: {done}; query start {run.start_s:.2f} s", flush=True)
         single = one_at_a_time(url, min(args.sample, args.rows))
@@ -509,6 +596,11 @@ def main() -> None:
         "spark_prebuilt_ceiling_rows_per_s": round(best["ceiling"]),
         "spark_prebuilt_in_batch_rows_per_s": round(max(ceiling_in_batch)),
         "spark_prebuilt_query_start_s": round(min(ceiling_starts), 2),
+        "bare_source_rows_per_s": round(best["bare"]),
+        "bare_source_in_batch_rows_per_s": round(max(bare_in_batch)),
+        "bare_source_vs_ceiling_per_run": [
+            round(b / c, 3) for b, c in zip(results["bare"], results["ceiling"], strict=True)
+        ],
         "spark_vs_ceiling": round(best["spark"] / best["ceiling"], 3),
         "spark_vs_ceiling_per_run": [
             round(a / c, 3) for a, c in zip(results["spark"], results["ceiling"], strict=True)
@@ -550,6 +642,8 @@ def main() -> None:
         ("  of which inside the micro-batch (addBatch)", in_batch[fastest]),
         ("Spark alone: same query and schema, pre-built batches", best["ceiling"]),
         ("  of which inside the micro-batch (addBatch)", max(ceiling_in_batch)),
+        ("raw baseline as a Spark source (nothing decoded)", best["bare"]),
+        ("  of which inside the micro-batch (addBatch)", max(bare_in_batch)),
         ("atlasbus core reader, no Spark, 2 processes", best["core"]),
         ("baseline: raw XRANGE + vectorised Arrow, 2 processes", best["raw"]),
         ("baseline: one at a time, XREAD COUNT 1 (bus consumer)", single),
@@ -576,6 +670,10 @@ def main() -> None:
         f"{c.readers / r.readers:.2f}" for c, r in zip(cpu["core"], cpu["raw"], strict=True)
     )
     print(f"core reader's CPU / raw baseline's CPU, per run: {ratios}")
+    bare_ratios = ", ".join(
+        f"{b / c:.3f}" for b, c in zip(results["bare"], results["ceiling"], strict=True)
+    )
+    print(f"raw baseline as a Spark source / Spark alone, end to end, per run: {bare_ratios}")
     print(f"\nenvelope {wire_bytes} bytes on the wire; results in {results_file}")
 
 
@@ -603,6 +701,7 @@ def chart(
     names = {
         "spark": "atlasbus query",
         "ceiling": "Spark alone",
+        "bare": "raw as a source",
         "core": "core reader",
         "raw": "raw baseline",
     }
@@ -638,6 +737,7 @@ def print_cpu_table(best: dict[str, float], cpu: dict[str, CpuSeconds], rows: in
     labels = {
         "spark": "atlasbus readStream -> noop",
         "ceiling": "Spark alone, pre-built batches",
+        "bare": "raw baseline as a Spark source",
         "core": "atlasbus core reader, 2 processes",
         "raw": "baseline: raw XRANGE + Arrow, 2 processes",
     }
