@@ -344,11 +344,49 @@ def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
         writer.write_batch(batch)
 
 
+def one_batch_source(spark: Any, name: str, schema: str, partitions: list[Any], read: Any) -> Any:
+    """A streaming DataFrame whose only micro-batch is ``partitions``, each read by ``read``.
+
+    The classes are local, so cloudpickle ships them (and ``read``) to the workers by value.
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+
+    class Reader(DataSourceStreamReader):  # type: ignore[misc]
+        def initialOffset(self) -> dict[str, int]:
+            return {"batch": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"batch": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            return partitions if start != end else []
+
+        def read(self, partition: Any) -> Any:
+            return read(partition)
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Source(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> str:
+            return schema
+
+        def streamReader(self, schema: Any) -> Reader:
+            return Reader()
+
+    spark.dataSource.register(Source)
+    return spark.readStream.format(name).load()
+
+
 def spark_ceiling(
     spark: Any, batch_file: Path, rows: int, checkpoint_root: Path, meter: SparkCpu
 ) -> QueryRun:
     """The same query with a source that only yields pre-built batches: Spark's own cost."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import InputPartition
 
     from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
     from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
@@ -356,51 +394,24 @@ def spark_ceiling(
     # As many tasks, of the same sizes, as atlasbus plans with its default partition size.
     tasks = math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION)
     sizes = [rows // tasks + (1 if i < rows % tasks else 0) for i in range(tasks)]
+    path = str(batch_file)
 
-    class Slice(InputPartition):  # type: ignore[misc]
-        def __init__(self, rows: int) -> None:
-            self.rows = rows
+    def read(partition: InputPartition) -> Any:
+        import pyarrow as pa
 
-    class Reader(DataSourceStreamReader):  # type: ignore[misc]
-        def __init__(self, path: str) -> None:
-            self.path = path
+        batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
+        full, rest = divmod(partition.value, batch.num_rows)
+        for _ in range(full):
+            yield batch
+        if rest:
+            yield batch.slice(0, rest)
 
-        def initialOffset(self) -> dict[str, int]:
-            return {"batch": 0}
-
-        def latestOffset(self) -> dict[str, int]:
-            return {"batch": 1}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Slice]:
-            return [Slice(size) for size in sizes] if start != end else []
-
-        def read(self, partition: Slice) -> Any:
-            import pyarrow as pa
-
-            batch = pa.ipc.open_file(pa.memory_map(self.path)).get_batch(0)
-            full, rest = divmod(partition.rows, batch.num_rows)
-            for _ in range(full):
-                yield batch
-            if rest:
-                yield batch.slice(0, rest)
-
-        def commit(self, end: dict[str, int]) -> None:
-            pass
-
-    class Prebuilt(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "atlasbus_bench_prebuilt"
-
-        def schema(self) -> str:
-            return spark_ddl(ENVELOPE_SCHEMA)
-
-        def streamReader(self, schema: Any) -> Reader:
-            return Reader(self.options["path"])
-
-    spark.dataSource.register(Prebuilt)
-    frame = (
-        spark.readStream.format("atlasbus_bench_prebuilt").option("path", str(batch_file)).load()
+    frame = one_batch_source(
+        spark,
+        "atlasbus_bench_prebuilt",
+        spark_ddl(ENVELOPE_SCHEMA),
+        [InputPartition(size) for size in sizes],
+        read,
     )
     return run_to_noop(frame, rows, checkpoint_root, meter)
 
@@ -427,57 +438,29 @@ def spark_bare_source(
     rows), reading with ``raw_pages``: every field a string column, nothing decoded or checked.
     Its rows are cheaper for the JVM than the envelope schema's (no maps, no timestamps).
     """
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import InputPartition
 
     from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
     names = ["id", *envelope(0)]
     slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
 
-    class Range(InputPartition):  # type: ignore[misc]
-        def __init__(self, bounds: tuple[str, str]) -> None:
-            self.bounds = bounds
+    def read(partition: InputPartition) -> Any:
+        import pyarrow as pa
 
-    class Reader(DataSourceStreamReader):  # type: ignore[misc]
-        def initialOffset(self) -> dict[str, int]:
-            return {"batch": 0}
-
-        def latestOffset(self) -> dict[str, int]:
-            return {"batch": 1}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Range]:
-            return [Range(bounds) for bounds in slices] if start != end else []
-
-        def read(self, partition: Range) -> Any:
-            import pyarrow as pa
-
-            pages: list[Any] = []
-            for page in raw_pages(url, partition.bounds, names):
-                pages.append(page)
-                if sum(p.num_rows for p in pages) >= 10_000:
-                    yield pa.Table.from_batches(pages).combine_chunks().to_batches()[0]
-                    pages = []
-            if pages:
+        pages: list[Any] = []
+        for page in raw_pages(url, partition.value, names):
+            pages.append(page)
+            if sum(p.num_rows for p in pages) >= 10_000:
                 yield pa.Table.from_batches(pages).combine_chunks().to_batches()[0]
+                pages = []
+        if pages:
+            yield pa.Table.from_batches(pages).combine_chunks().to_batches()[0]
 
-        def commit(self, end: dict[str, int]) -> None:
-            pass
-
-    class Bare(DataSource):  # type: ignore[misc]
-        @classmethod
-        def name(cls) -> str:
-            return "atlasbus_bench_bare"
-
-        def schema(self) -> str:
-            return ", ".join(f"{name} string" for name in names)
-
-        def streamReader(self, schema: Any) -> Reader:
-            return Reader()
-
-    spark.dataSource.register(Bare)
-    return run_to_noop(
-        spark.readStream.format("atlasbus_bench_bare").load(), rows, checkpoint_root, meter
-    )
+    schema = ", ".join(f"{name} string" for name in names)
+    partitions = [InputPartition(bounds) for bounds in slices]
+    frame = one_batch_source(spark, "atlasbus_bench_bare", schema, partitions, read)
+    return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
 def main() -> None:
