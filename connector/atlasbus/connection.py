@@ -242,7 +242,8 @@ def _retry() -> Any:
 
     backoff = EqualJitterBackoff(cap=5, base=0.5)
     if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:
-        return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))  # redis-py < 6
+        # redis-py 6.0 cannot be told what not to retry: a wrong password is tried 3 times
+        return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))
     return ConnectionRetry(backoff, 3, supported_errors=(redis.ConnectionError,))
 
 
@@ -394,10 +395,7 @@ def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
     client = endpoint.client()
     pool = client.connection_pool
     with translate_errors(endpoint):
-        try:
-            connection = pool.get_connection()
-        except TypeError:  # redis-py before 5.3 wants a command name
-            connection = pool.get_connection("XRANGE")
+        connection = pool.get_connection()
     clean = False
     try:
         yield connection

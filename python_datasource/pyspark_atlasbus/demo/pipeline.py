@@ -108,7 +108,7 @@ def run_pipeline(
     client = connect(url, embedded)
     reset_streams(client)
     clock.say("starting Spark (local[2]): the JVM and a Spark session ...")
-    spark = start_spark(paths.root)
+    spark = start_spark()
     stop = StopRequest()
     previous_handler = signal.signal(signal.SIGINT, stop.handler)
     publisher = TrafficPublisher(client, args.rate, args.duration)
@@ -199,7 +199,7 @@ def run_pipeline(
     return 0 if summary.accounted else 1
 
 
-def start_spark(root: Path) -> Any:
+def start_spark() -> Any:
     """A quiet local[2] session (``local_session``'s log configuration) whose Python workers
     run this interpreter."""
     from pyspark_atlasbus.session import local_session
