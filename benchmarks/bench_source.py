@@ -16,6 +16,9 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
   (every field a string column, nothing decoded or checked): the least a Python source that
   reads Redis pays inside Spark
 
+The three Spark queries run once first, uncounted: the JVM compiles each schema's row
+conversion during its first large query.
+
 For the atlasbus query it also reports how long the query takes to start (start() to its first
 micro-batch: Spark launching the source's Python runner) and the rate inside the micro-batch.
 
@@ -530,6 +533,16 @@ def main() -> None:
         ceiling_in_batch: list[float] = []
         ceiling_starts: list[float] = []
         bare_in_batch: list[float] = []
+        # One uncounted round of the three queries: the JVM compiles the conversion of each
+        # schema's rows during its first large query, which would otherwise fall on whichever
+        # query runs first (4-5 CPU-s at 5M entries).
+        warm = [
+            spark_end_to_end(spark, url, args.rows, checkpoints, meter),
+            spark_ceiling(spark, batch_file, args.rows, checkpoints, meter),
+            spark_bare_source(spark, url, args.rows, checkpoints, meter),
+        ]
+        rates = ", ".join(f"{run.rows_per_s:,.0f}/s" for run in warm)
+        print(f"  warm-up (not counted): atlasbus, Spark alone, raw as a source: {rates}")
         for attempt in range(args.repeat):
             for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
                 measured = two_processes(reader, url, redis_cpu)
