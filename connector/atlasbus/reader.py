@@ -55,7 +55,7 @@ def read_range(
     from the task's local properties). Runs on executors.
     """
     decode = _page_decoder(options, read)
-    finish = _batch_finisher(options, read, context)
+    finish = _batch_finisher(options, context)
     page_size = options.page_size
     batch_rows = max(TARGET_BATCH_ROWS, page_size)
     upto = str(read.upto)
@@ -159,7 +159,7 @@ def _page_decoder(options: SourceOptions, read: ReadRange) -> Callable[[Page], D
 
 
 def _batch_finisher(
-    options: SourceOptions, read: ReadRange, context: QueryContext | None
+    options: SourceOptions, context: QueryContext | None
 ) -> Callable[[list[DecodedPage]], pa.RecordBatch]:
     if options.dead_letter_table is not None:
         return partial(_route_dead_letters, options.dead_letter_table, context)
