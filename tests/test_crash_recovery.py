@@ -46,12 +46,14 @@ class Publisher(threading.Thread):
         per_second: int = STEADY_PER_SECOND,
         burst: int = BURST,
         new_correlation_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        malformed: Callable[[str], bool] = lambda correlation_id: False,
     ) -> None:
         super().__init__(daemon=True)
         self.client = redis.Redis.from_url(url)
         self.prefix = prefix
         self.total, self.per_second, self.burst = total, per_second, burst
         self.new_correlation_id = new_correlation_id
+        self.malformed = malformed  # by correlation ID: published with priority "high"
         self.correlation_ids: list[str] = []
         self.error: BaseException | None = None
 
@@ -70,7 +72,7 @@ class Publisher(threading.Thread):
                         f"{self.prefix}:{topic}",
                         {
                             "topic": topic,
-                            "priority": "3",
+                            "priority": "high" if self.malformed(cid) else "3",
                             "payload": json.dumps({"cid": cid}),
                             "correlation_id": cid,
                             "tracing": "{}",

@@ -1,17 +1,21 @@
-"""Retention, the reaper and the bus's own deletions at once, across driver SIGKILLs.
+"""Retention, the reaper, malformed entries and the bus's own deletions, across driver SIGKILLs.
 
-While a publisher appends to topics a and b, the bus's consumer group ``bus`` reads every entry
-and acks all but the poison ones (about one in 50), and a cleaner thread XDELs entries every
+While a publisher appends to topics a and b (about one entry in 50 malformed: its priority is
+not a number), the bus's consumer group ``bus`` reads every entry and acks all but the poison
+ones (another one in 50), and a cleaner thread XDELs entries every
 consumer is past (the bus's XDEL-after-ack habit). The query, in a child process SIGKILLed
 three times and restarted on its checkpoint, mirrors its position to the group ``query``,
 trims with ``trimConsumed``, sweeps ``bus`` with ``sweepDelete`` and cuts each batch into
-three pieces by time (``minPartitions``). It runs with
+three pieces by time (``minPartitions``). While it is down after the second kill, a backlog of
+12,000 entries arrives at once, so the next batch's tasks decode thousands of entries each, in
+several groups joined into one batch, with malformed entries among them. It runs with
 ``failOnDataLoss`` on, so a false data-loss report would end it (and the test) at once.
 
 A last run catches up, sweeps every poison entry, reads a few more entries and trims. Then:
-the output holds every published entry exactly once; the bus's group received every entry
-(nothing trimmed or deleted before it read it); each poison entry is in the dead-letter table
-once and pending nowhere; and each stream is trimmed to the one entry at both groups'
+the output holds every well-formed published entry exactly once; the bus's group received every
+entry (nothing trimmed or deleted before it read it); each poison entry and each malformed
+entry is in the dead-letter table exactly once (no append repeated across the kills), and the
+poison ones are pending nowhere; and each stream is trimmed to the one entry at both groups'
 position, its last.
 """
 
@@ -33,6 +37,7 @@ from atlasbus.dead_letters import DeadLetterTable
 from test_crash_recovery import Publisher, _kill, _report, _start_query
 
 TOTAL = 12_000
+BACKLOG = 12_000  # published at once while the query is down
 KILLS = 3
 TOPICS = ("a", "b")
 
@@ -42,9 +47,14 @@ def is_poison(correlation_id: str) -> bool:
     return int(correlation_id, 16) % 50 == 0
 
 
+def is_malformed(correlation_id: str) -> bool:
+    """The entries published with a priority that is not a number: about one in 50."""
+    return int(correlation_id, 16) % 50 == 1
+
+
 def healthy() -> str:
-    """A correlation ID the bus's consumer acknowledges."""
-    while is_poison(cid := uuid.uuid4().hex):
+    """A correlation ID the bus's consumer acknowledges, of a well-formed entry."""
+    while is_poison(cid := uuid.uuid4().hex) or is_malformed(cid):
         pass
     return cid
 
@@ -154,7 +164,12 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
         args += ["--source-option", option]
     log = tmp_path / "query.log"
 
-    publisher = Publisher(redis_url, prefix, total=TOTAL, per_second=100, burst=300)
+    publisher = Publisher(
+        redis_url, prefix, total=TOTAL, per_second=100, burst=300, malformed=is_malformed
+    )
+    backlog = Publisher(  # one pipeline of BACKLOG entries, run in this thread
+        redis_url, prefix, total=BACKLOG, per_second=10 * BACKLOG, malformed=is_malformed
+    )
     bus = BusConsumer(redis_url, prefix)
     cleaner = Cleaner(redis_url, prefix, bus)
     for thread in (publisher, bus, cleaner):
@@ -176,10 +191,12 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
             time.sleep(0.5 * kill)  # kills at different points of a micro-batch
             while_publishing += publisher.is_alive()
             _kill(process)
+            if kill == 1:
+                backlog.run()
         publisher.join(300)
         process, took = _start_query(args, log)  # the last run, killed once it has caught up
         restarts.append(took)
-        published = publisher.correlation_ids
+        published = publisher.correlation_ids + backlog.correlation_ids
         wait_for(lambda: len(bus.received) == len(published), "the bus's consumer", process, log)
         pending = [f"{prefix}:{topic}" for topic in TOPICS]
         wait_for(  # idle past sweepMinIdle, swept at a trigger
@@ -208,26 +225,35 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
     finally:
         cleaner.stop.set()
         cleaner.join(60)
-    for thread in (publisher, tail, bus, cleaner):
+    for thread in (publisher, backlog, tail, bus, cleaner):
         assert thread.error is None, repr(thread.error)
 
     written = [row["correlation_id"] for row in spark.read.parquet(str(out)).collect()]
     _report("parquet, trim + sweep + XDEL", published, written, restarts, kills=KILLS + 1)
     poison = {cid for cid in published if is_poison(cid)}
+    malformed = {cid for cid in published if is_malformed(cid)}
     print(
         f"{while_publishing} of {KILLS} kills while publishing; cleaner deleted "
-        f"{cleaner.deleted} entries; {len(poison)} poison entries"
+        f"{cleaner.deleted} entries; {len(poison)} poison and {len(malformed)} malformed entries"
     )
-    assert len(published) == TOTAL + 20
-    assert Counter(written) == Counter(published)  # no loss, no duplicate
+    assert len(published) == TOTAL + BACKLOG + 20
+    assert len(malformed) > 100  # about one in 50 of 24,020
+    well_formed = [cid for cid in published if cid not in malformed]
+    assert Counter(written) == Counter(well_formed)  # no loss, no duplicate
     assert Counter(bus.received) == Counter(published)  # nothing went before the bus read it
     assert cleaner.deleted > 0
 
-    letters = DeadLetterTable(str(table)).to_pandas()
-    assert set(letters["stage"]) == {"retry-exhausted"}  # and no data-loss letter
+    # every row as appended: a letter recorded twice (a batch replayed after a kill appending
+    # again) would show here
+    letters = DeadLetterTable(str(table)).to_arrow(all_rows=True).to_pandas()
     assert letters["dead_letter_id"].is_unique
-    assert sorted(letters["entry_id"]) == sorted(i for _, i in bus.poison)
-    assert len(letters) == len(poison)
+    assert set(letters["stage"]) == {"retry-exhausted", "source-decode"}  # no data-loss letter
+    swept = letters[letters["stage"] == "retry-exhausted"]
+    assert sorted(swept["entry_id"]) == sorted(i for _, i in bus.poison)
+    assert len(swept) == len(poison)
+    decoded = letters[letters["stage"] == "source-decode"]
+    assert Counter(decoded["correlation_id"]) == Counter(malformed)
+    assert set(decoded["reason"]) == {"invalid-integer"}
     for stream, end in ends.items():  # each trimmed to the entry at every consumer's position
         assert [entry_id for entry_id, _ in r.xrange(stream)] == [end]
         assert group_position(r, stream, "bus") == end
