@@ -7,7 +7,10 @@ import time
 import uuid
 from typing import Any
 
+import pyarrow as pa
 import redis
+
+from atlasbus.column_page import ColumnPage
 
 
 def envelope(topic: str, index: int, **overrides: Any) -> dict[str, Any]:
@@ -84,3 +87,15 @@ def run_available_now(frame: Any, checkpoint: str, collector: BatchCollector) ->
 def redis_major(r: redis.Redis) -> int:
     """The server's major version: Redis 7 counts entries added and records deleted IDs."""
     return int(str(r.info("server")["redis_version"]).split(".")[0])
+
+
+def column_page_of(entries: list[Any]) -> ColumnPage | None:
+    """The page as ``atlasbus.xrange_reply`` cuts it, when its entries share one layout."""
+    names = list(entries[0][1][0::2])
+    if len(set(names)) != len(names) or any(list(f[0::2]) != names for _, f in entries):
+        return None
+    columns = {
+        name: pa.array([f[2 * i + 1] for _, f in entries], pa.binary())
+        for i, name in enumerate(names)
+    }
+    return ColumnPage(pa.array([e[0] for e in entries], pa.binary()), names, columns)

@@ -20,7 +20,7 @@ from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_entry
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import publish
+from helpers import column_page_of, publish
 
 TRACINGS = [
     {"trace_id": "a"},
@@ -48,7 +48,14 @@ def entry(index: int, **overrides: bytes) -> list[object]:
 
 
 def rows(entries: list[list[object]]) -> list[dict[str, object]]:
-    return decode_envelopes(entries, topic="t", stream="s:t", include_raw_fields=False).to_pylist()
+    """The page decoded; cut into columns (when its layout allows), it must decode the same."""
+    decoded = decode_envelopes(entries, topic="t", stream="s:t", include_raw_fields=False)
+    columns = column_page_of(entries)
+    if columns is not None:
+        assert decode_envelopes(columns, topic="t", stream="s:t", include_raw_fields=False).equals(
+            decoded
+        )
+    return list(decoded.to_pylist())
 
 
 def test_map_values_that_are_not_strings_keep_their_json_text() -> None:

@@ -18,15 +18,17 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from atlasbus.column_page import ColumnPage
 from atlasbus.decode import decode_envelope_page
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
+from helpers import column_page_of
 
 WIRE = (
     b"topic",
@@ -330,11 +332,31 @@ def pages(draw: st.DrawFn) -> list[Case]:
     return cases
 
 
+@st.composite
+def uniform_pages(draw: st.DrawFn) -> list[Case]:
+    """Pages whose entries share one field layout, as a publisher writes them: the column path."""
+    cases = draw(st.lists(good_cases() | bad_cases(), min_size=2, max_size=30))
+    layouts: dict[frozenset[bytes], list[Case]] = {}
+    for case in cases:
+        names = [name for name, _ in case.pairs]
+        if len(set(names)) == len(names):
+            layouts.setdefault(frozenset(names), []).append(case)
+    assume(layouts)
+    chosen = max(layouts.values(), key=len)
+    order = [name for name, _ in chosen[0].pairs]
+    for case in chosen:  # the first entry's order: a publisher writes its fields in one order
+        case.pairs.sort(key=lambda pair: order.index(pair[0]))
+    ms = draw(ID_MS)
+    for seq, case in enumerate(chosen):
+        case.entry_id = f"{ms}-{seq}".encode()
+    return chosen
+
+
 # --- checks ----------------------------------------------------------------------------------
 
 
 def decode(
-    entries: list[Any], include_raw_fields: bool, *, convert: bool = False
+    entries: list[Any] | ColumnPage, include_raw_fields: bool, *, convert: bool = False
 ) -> tuple[list[dict[str, Any]], Any]:
     page = decode_envelope_page(
         entries, topic="t", stream="s:t", include_raw_fields=include_raw_fields
@@ -368,8 +390,11 @@ def check_row(case: Case, row: dict[str, Any], reason: str | None) -> None:
 @given(pages())
 def test_every_entry_decodes_as_it_does_alone(cases: list[Case]) -> None:
     entries = [case.raw for case in cases]
+    columns = column_page_of(entries)
     for include_raw_fields in (False, True):
         rows, reasons = decode(entries, include_raw_fields, convert=True)
+        if columns is not None:  # cut into columns, the page decodes the same
+            assert decode(columns, include_raw_fields) == (rows, reasons)
         assert len(rows) == len(cases)
         for index, case in enumerate(cases):
             alone, alone_reasons = decode([case.raw], include_raw_fields)
@@ -381,6 +406,20 @@ def test_every_entry_decodes_as_it_does_alone(cases: list[Case]) -> None:
                 assert raw_entry(rows[index]["fields"]) == case.pairs
             else:
                 assert rows[index]["fields"] is None
+
+
+@FUZZ
+@given(uniform_pages())
+def test_a_page_cut_into_columns_decodes_as_its_entries_do(cases: list[Case]) -> None:
+    entries = [case.raw for case in cases]
+    columns = column_page_of(entries)
+    assert columns is not None
+    for include_raw_fields in (False, True):
+        rows, reasons = decode(entries, include_raw_fields, convert=True)
+        assert decode(columns, include_raw_fields, convert=True) == (rows, reasons)
+        for index, case in enumerate(cases):
+            reason = reasons[index] if reasons is not None else None
+            check_row(case, rows[index], reason)
 
 
 @settings(max_examples=500, deadline=None)

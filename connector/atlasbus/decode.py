@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import orjson
@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
+from atlasbus.column_page import ColumnPage
 from atlasbus.json_objects import all_json_objects
 from atlasbus.raw_fields import raw_text, raw_text_array
 from atlasbus.reasons import (
@@ -45,6 +46,9 @@ from atlasbus.schema import ENVELOPE_SCHEMA, RAW_SCHEMA, STRING_MAP, TIMESTAMP
 
 # One XRANGE reply item: [entry_id, [field1, value1, field2, value2, ...]] as bytes.
 RawEntry = Sequence[Any]
+# One field's values on a page: from hiredis a list (None where an entry lacks the field), from
+# ``atlasbus.xrange_reply`` a binary Arrow array. Column code takes either.
+Values: TypeAlias = list[bytes | None] | pa.Array
 
 _EMPTY_OBJECT = b"{}"
 # orjson.loads typed for any input: a None among the values raises TypeError, which the
@@ -105,7 +109,7 @@ class DecodedPage:
 
 
 def decode_envelopes(
-    entries: Sequence[RawEntry], *, topic: str, stream: str, include_raw_fields: bool
+    entries: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str, include_raw_fields: bool
 ) -> pa.RecordBatch:
     """Decode bus envelopes; malformed entries become error rows carrying their raw fields."""
     return decode_envelope_page(
@@ -114,15 +118,31 @@ def decode_envelopes(
 
 
 def decode_envelope_page(
-    entries: Sequence[RawEntry], *, topic: str, stream: str, include_raw_fields: bool
+    entries: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str, include_raw_fields: bool
 ) -> DecodedPage:
-    """``decode_envelopes`` plus each malformed row's reason code (one of ``REASONS``)."""
-    size = len(entries)
-    field_lists = list(map(_FIELDS_OF, entries))
-    columns = _columns_by_field(field_lists)
-    errors = _Errors(size)
+    """``decode_envelopes`` plus each malformed row's reason code (one of ``REASONS``).
 
-    ids = _id_array(entries)
+    ``entries`` are hiredis's reply items, or a page already cut into columns; both decode
+    to the same rows.
+    """
+    size = len(entries)
+    columns: dict[bytes, Values]
+    if isinstance(entries, ColumnPage):
+        page = entries
+        columns = dict(page.columns)
+        ids = page.ids.cast(pa.string())
+
+        def field_lists() -> list[Sequence[bytes]]:
+            return list(map(_FIELDS_OF, page.entries()))
+    else:
+        lists = list(map(_FIELDS_OF, entries))
+        columns = dict(_columns_by_field(lists))
+        ids = _id_array(entries)
+
+        def field_lists() -> list[Sequence[bytes]]:
+            return lists
+
+    errors = _Errors(size)
     payload = _payload_column(columns.get(wire.PAYLOAD), errors)
     priority = _int_column(columns.get(wire.PRIORITY), wire.PRIORITY, errors, default=None)
     attempts = _int_column(
@@ -145,9 +165,9 @@ def decode_envelope_page(
         envelope = [pc.if_else(bad, pa.scalar(None, arr.type), arr) for arr in envelope]
         error_column = pa.array(errors.messages, pa.string())
     if include_raw_fields:
-        fields = _raw_fields(field_lists, None)
+        fields = _raw_fields(field_lists(), None)
     elif raw_rows is not None:
-        fields = _raw_fields(field_lists, raw_rows)
+        fields = _raw_fields(field_lists(), raw_rows)
     else:
         fields = pa.nulls(size, STRING_MAP)
 
@@ -163,8 +183,9 @@ def decode_envelope_page(
     return DecodedPage(pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA), errors.reasons)
 
 
-def decode_raw(entries: Sequence[RawEntry], *, topic: str, stream: str) -> pa.RecordBatch:
+def decode_raw(page: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str) -> pa.RecordBatch:
     """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
+    entries = page.entries() if isinstance(page, ColumnPage) else page
     size = len(entries)
     ids = _id_array(entries)
     arrays = [
@@ -216,6 +237,14 @@ def _timestamps_of(ids: pa.Array) -> pa.Array:
     return pc.multiply(ms.cast(pa.int64()), 1000).cast(TIMESTAMP)
 
 
+def _as_binary(values: Values) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
+
+
+def _as_list(values: Values) -> list[bytes | None]:
+    return values.to_pylist() if isinstance(values, pa.Array) else values
+
+
 def _repeat(value: str, size: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), size)
 
@@ -223,30 +252,28 @@ def _repeat(value: str, size: int) -> pa.Array:
 # --- typed columns ---------------------------------------------------------------------------
 
 
-def _report_missing(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> None:
+def _report_missing(values: Values | None, name: bytes, errors: _Errors) -> None:
     """Report a required field that is absent (in the whole page or in some entries)."""
     message = f"missing field '{name.decode()}'"
     if values is None:
         for row in range(errors.size):
             errors.add(row, message, MISSING_FIELD)
-    elif None in values:
+    elif isinstance(values, list) and None in values:
         for row, value in enumerate(values):
             if value is None:
                 errors.add(row, message, MISSING_FIELD)
 
 
-def _utf8(
-    values: list[bytes | None], name: bytes, errors: _Errors
-) -> tuple[pa.Array, list[bytes | None]]:
+def _utf8(values: Values, name: bytes, errors: _Errors) -> tuple[pa.Array, Values]:
     """The values as a string array, and as bytes with None where they are not valid UTF-8."""
-    binary = pa.array(values, pa.binary())
+    binary = _as_binary(values)
     try:
         return binary.cast(pa.string()), values
     except pa.ArrowInvalid:
         pass
     text: list[str | None] = []
     valid: list[bytes | None] = []
-    for row, value in enumerate(values):
+    for row, value in enumerate(_as_list(values)):
         if value is None:
             text.append(None)
             valid.append(None)
@@ -265,28 +292,28 @@ def _utf8_problem(name: bytes, exc: UnicodeDecodeError) -> str:
     return f"field '{name.decode()}' is not valid UTF-8 (byte {exc.start})"
 
 
-def _text_column(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> pa.Array:
+def _text_column(values: Values | None, name: bytes, errors: _Errors) -> pa.Array:
     """An optional text field: null when absent."""
     if values is None:
         return pa.nulls(errors.size, pa.string())
     return _utf8(values, name, errors)[0]
 
 
-def _payload_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Array:
+def _payload_column(values: Values | None, errors: _Errors) -> pa.Array:
     """``payload``: required, UTF-8, a JSON object; kept as its text."""
     _report_missing(values, wire.PAYLOAD, errors)
     if values is None:
         return pa.nulls(errors.size, pa.string())
-    if all_json_objects(values):
+    if all_json_objects(_as_list(values)):
         # every value is valid JSON, hence valid UTF-8: no second check needed
-        return pa.array(values, pa.binary()).view(pa.string())
+        return _as_binary(values).view(pa.string())
     text, valid = _utf8(values, wire.PAYLOAD, errors)
-    _check_json_objects(valid, wire.PAYLOAD, errors)
+    _check_json_objects(_as_list(valid), wire.PAYLOAD, errors)
     return text
 
 
 def _int_column(
-    values: list[bytes | None] | None, name: bytes, errors: _Errors, *, default: int | None
+    values: Values | None, name: bytes, errors: _Errors, *, default: int | None
 ) -> pa.Array:
     """A decimal integer field (32-bit); required when there is no ``default``."""
     if default is None:
@@ -334,7 +361,7 @@ def _parse_int(text: str | None, row: int, name: bytes, errors: _Errors) -> int 
     return None
 
 
-def _time_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Array:
+def _time_column(values: Values | None, errors: _Errors) -> pa.Array:
     """``enqueued_time``, seconds since the epoch as a decimal float; null when absent.
 
     The range check runs on the whole column at once: a value both Spark's timestamp and
@@ -358,8 +385,9 @@ def _time_column(values: list[bytes | None] | None, errors: _Errors) -> pa.Array
     in_range = pc.and_(pc.greater_equal(micros, _MIN_MICROS), pc.less(micros, _END_MICROS))
     if pc.all(in_range).as_py() is False:  # NaN compares false; null: no number to check
         out_of_range = pc.invert(in_range).fill_null(False)
+        valid_values = _as_list(valid)
         for row in pc.indices_nonzero(out_of_range).to_pylist():
-            value = valid[row]
+            value = valid_values[row]
             assert value is not None
             _add_time_problem(row, value.decode("utf-8"), errors)
         micros = pc.if_else(in_range, micros, pa.scalar(None, pa.float64()))
@@ -404,14 +432,17 @@ def _check_json_objects(values: list[bytes | None], name: bytes, errors: _Errors
         errors.add(row, f"field '{name.decode()}' {problem}: {_show(value)}", reason)
 
 
-def _map_column(values: list[bytes | None] | None, name: bytes, errors: _Errors) -> pa.Array:
+def _map_column(given: Values | None, name: bytes, errors: _Errors) -> pa.Array:
     """A JSON object as ``map<string,string>``; absent: an empty map.
 
     String values as they are, JSON null as a null value, any other value as its compact JSON
     text with numbers exactly as written.
     """
     size = errors.size
-    if values is None or values.count(_EMPTY_OBJECT) == size:
+    if given is None:
+        return _empty_maps(size)
+    values = _as_list(given)
+    if values.count(_EMPTY_OBJECT) == size:
         return _empty_maps(size)
     try:
         parsed = list(map(_loads_any, values))

@@ -17,10 +17,11 @@ import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from atlasbus.column_page import ColumnPage, joined_pages
 from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, RawEntry, decode_envelope_page, decode_raw
@@ -28,11 +29,12 @@ from atlasbus.planning import ReadRange
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
 
-# One XRANGE reply: its entries in ID order.
-Page = Sequence[RawEntry]
+# One XRANGE reply: its entries in ID order, as columns or as hiredis's list of entries.
+Page = ColumnPage | Sequence[RawEntry]
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
+    from atlasbus.xrange_pages import XrangePages
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -65,34 +67,62 @@ def read_range(
         translate_errors(options.endpoint),
         _cyclic_gc_paused(),
     ):
-        connection.send_command(
-            "XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size
-        )
+        pages = _reply_reader(options, connection)
+        pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
         awaiting_reply = True
-        raw: list[RawEntry] = []
+        waiting: list[Page] = []  # pages not yet decoded
+        waiting_rows = 0
         decoded: list[DecodedPage] = []
         decoded_rows = 0
         while awaiting_reply:
-            page = connection.read_response()
+            page = pages.read()
             awaiting_reply = False
             if len(page) == page_size:
-                connection.send_command(
-                    "XRANGE", read.stream, b"(" + page[-1][0], upto, "COUNT", page_size
-                )
+                pages.send("XRANGE", read.stream, b"(" + _last_id(page), upto, "COUNT", page_size)
                 awaiting_reply = True
             found += len(page)
-            raw.extend(page)
+            if len(page):
+                waiting.append(page)
+                waiting_rows += len(page)
             del page
-            if len(raw) < DECODE_ROWS and awaiting_reply:
+            if waiting_rows < DECODE_ROWS and awaiting_reply:
                 continue
-            if raw:
-                decoded.append(decode(raw))
-                decoded_rows += len(raw)
-                raw = []
+            if waiting:
+                decoded.append(decode(joined_pages(waiting)))
+                decoded_rows += waiting_rows
+                waiting, waiting_rows = [], 0
             if decoded_rows >= batch_rows or (decoded and not awaiting_reply):
                 yield finish(decoded)
                 decoded, decoded_rows = [], 0
     _check_nothing_vanished(options, read, found, context)
+
+
+class _HiredisReplies:
+    """Replies parsed by redis-py's hiredis parser: for ``format=raw``, which wants entry lists."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    def send(self, *args: Any) -> None:
+        self._connection.send_command(*args)
+
+    def read(self) -> Page:
+        page: Page = self._connection.read_response()
+        return page
+
+
+def _reply_reader(options: SourceOptions, connection: Any) -> XrangePages | _HiredisReplies:
+    """Envelopes are read as columns (``atlasbus.xrange_pages``); ``format=raw`` as lists."""
+    if options.format == "raw":
+        return _HiredisReplies(connection)
+    from atlasbus.xrange_pages import XrangePages  # compiles or loads numba code: executors only
+
+    return XrangePages(connection)
+
+
+def _last_id(page: Page) -> bytes:
+    last: bytes = page.ids[-1].as_py() if isinstance(page, ColumnPage) else page[-1][0]
+    return last
 
 
 def _check_nothing_vanished(

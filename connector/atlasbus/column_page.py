@@ -1,0 +1,63 @@
+"""A page of stream entries cut into one binary column per field (``atlasbus.xrange_reply``).
+
+Kept apart from the cutting, which compiles code with numba, so that code which only decodes
+pages (``atlasbus.decode``) does not load the compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class ColumnPage:
+    """A page of entries with one field layout, as binary columns (one per field name).
+
+    ``names`` are the field names in the entries' order; ``columns[name]`` holds that field's
+    values, row by row. No value is null.
+    """
+
+    ids: pa.Array
+    names: list[bytes]
+    columns: dict[bytes, pa.Array]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def entries(self) -> list[tuple[bytes, list[bytes]]]:
+        """The page as hiredis would give it, [ID, [name, value, ...]] per entry: slow path."""
+        values = [self.columns[name].to_pylist() for name in self.names]
+        entries = []
+        for row, entry_id in enumerate(self.ids.to_pylist()):
+            fields: list[bytes] = []
+            for name, column in zip(self.names, values, strict=True):
+                fields += (name, column[row])
+            entries.append((entry_id, fields))
+        return entries
+
+
+def joined_pages(pages: Sequence[ColumnPage | Sequence[Any]]) -> ColumnPage | Sequence[Any]:
+    """Consecutive pages as one: columns when they all share one layout, else entry lists."""
+    if len(pages) == 1:
+        return pages[0]
+    first = pages[0]
+    if isinstance(first, ColumnPage) and all(
+        isinstance(page, ColumnPage) and page.names == first.names for page in pages
+    ):
+        column_pages = [page for page in pages if isinstance(page, ColumnPage)]
+        return ColumnPage(
+            pa.concat_arrays([page.ids for page in column_pages]),
+            first.names,
+            {
+                name: pa.concat_arrays([page.columns[name] for page in column_pages])
+                for name in first.names
+            },
+        )
+    entries: list[Any] = []
+    for page in pages:
+        entries.extend(page.entries() if isinstance(page, ColumnPage) else page)
+    return entries

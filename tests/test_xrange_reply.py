@@ -1,0 +1,232 @@
+"""XRANGE replies cut into columns straight from the socket's bytes (atlasbus.xrange_reply).
+
+Every reply comes from a real redis-server. What the cutter gives must be, entry for entry and
+byte for byte, what hiredis gives for the same bytes: whatever the values hold (CRLF, RESP
+markers, invalid UTF-8, megabytes), however the bytes arrive in pieces, whatever the layout of
+the page's entries.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import hiredis
+import numpy as np
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from atlasbus.column_page import ColumnPage, joined_pages
+from atlasbus.connection import RedisEndpoint, raw_connection
+from atlasbus.xrange_pages import XrangePages
+from atlasbus.xrange_reply import COMPLETE, MORE, NOT_XRANGE, Walk, cut_reply, walk_reply
+
+# Values that look like RESP framing, or are not text at all.
+HOSTILE = [
+    b"",
+    b"\r\n",
+    b"$5\r\nhello\r\n",
+    b"*2\r\n$1\r\na\r\n",
+    b"-ERR not an error\r\n",
+    b"\x00\xff\xfe\r",
+    "caf\u00e9 \U0001f600".encode(),
+    b"9" * 40,
+]
+
+
+def resp(*parts: bytes | str | int) -> bytes:
+    encoded = [part if isinstance(part, bytes) else str(part).encode() for part in parts]
+    return b"*%d\r\n" % len(encoded) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in encoded)
+
+
+def raw_reply(redis_url: str, *command: bytes | str | int) -> bytes:
+    """The exact bytes a redis-server sends for ``command``, read until hiredis has them all."""
+    url = redis.connection.parse_url(redis_url)
+    reader = hiredis.Reader()
+    received = b""
+    with socket.create_connection((url.get("host", "localhost"), url.get("port", 6379))) as sock:
+        sock.sendall(resp(*command))
+        while reader.gets() is False:
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the server closed the connection"
+            received += chunk
+            reader.feed(chunk)
+    return received
+
+
+def hiredis_of(data: bytes) -> Any:
+    reader = hiredis.Reader()
+    reader.feed(data)
+    return reader.gets()
+
+
+def as_entries(page: ColumnPage | list[Any]) -> list[Any]:
+    """Either form as hiredis's [ID, [name, value, ...]] items, for comparing."""
+    items = page.entries() if isinstance(page, ColumnPage) else page
+    return [[entry_id, list(fields)] for entry_id, fields in items]
+
+
+def cut_whole(data: bytes) -> ColumnPage | None:
+    buffer = np.frombuffer(data, np.uint8)
+    walk = Walk()
+    assert walk_reply(buffer, len(data), walk) == COMPLETE
+    assert walk.position == len(data)
+    return cut_reply(buffer, walk)
+
+
+@pytest.fixture
+def stream(r: redis.Redis) -> Iterator[str]:
+    name = f"x{uuid.uuid4().hex[:10]}:t"
+    yield name
+    r.delete(name)
+
+
+def test_a_uniform_page_becomes_columns_equal_to_hiredis(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    for index, value in enumerate(HOSTILE * 3):
+        r.xadd(stream, {"a": value, "b": str(index), "payload": value[::-1]})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    page = cut_whole(data)
+    assert isinstance(page, ColumnPage)
+    assert page.names == [b"a", b"b", b"payload"]
+    assert page.columns[b"a"].to_pylist() == HOSTILE * 3
+    assert as_entries(page) == hiredis_of(data)
+
+
+def test_pages_whose_layouts_differ_are_left_to_hiredis(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    r.xadd(stream, {"a": "1", "b": "2"})
+    r.xadd(stream, {"b": "2", "a": "1"})  # same names, another order
+    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+    r.delete(stream)
+    r.xadd(stream, {"a": "1", "b": "2"})
+    r.xadd(stream, {"a": "1"})  # a field fewer
+    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+    r.delete(stream)
+    r.execute_command("XADD", stream, "*", "a", "1", "a", "2")  # a repeated name
+    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+
+
+def test_an_empty_reply_is_an_empty_page(redis_url: str, stream: str) -> None:
+    page = cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
+    assert isinstance(page, ColumnPage) and len(page) == 0
+
+
+def test_a_reply_cut_anywhere_resumes_to_the_same_page(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """The bytes arrive one at a time: every cut point must ask for more, never misread."""
+    for value in HOSTILE:
+        r.xadd(stream, {"k": value, "n": b"12"})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    buffer = np.frombuffer(data, np.uint8)
+    walk = Walk()
+    for end in range(len(data)):
+        assert walk_reply(buffer, end, walk) == MORE, end
+    assert walk_reply(buffer, len(data), walk) == COMPLETE
+    page = cut_reply(buffer, walk)
+    assert page is not None and as_entries(page) == hiredis_of(data)
+
+
+def test_what_is_not_an_array_of_entries_is_refused(redis_url: str) -> None:
+    for data in (b"-WRONGTYPE Operation against a key\r\n", b":1\r\n", b"*1\r\n:1\r\n"):
+        assert walk_reply(np.frombuffer(data, np.uint8), len(data), Walk()) == NOT_XRANGE
+
+
+@pytest.fixture(scope="module")
+def endpoint(redis_url: str) -> RedisEndpoint:
+    from atlasbus.source_options import parse_source_options
+
+    return parse_source_options({"url": redis_url, "topics": "t"}).endpoint
+
+
+def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send all commands at once (pipelined, as the reader does), then read every reply."""
+    with raw_connection(endpoint) as connection:
+        pages = XrangePages(connection)
+        for command in commands:
+            pages.send(*command)
+        return [pages.read() for _ in commands]
+
+
+def test_pipelined_pages_off_a_real_connection_match_redis_py(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    for index in range(50):
+        fields = {"a": HOSTILE[index % len(HOSTILE)], "b": str(index)}
+        if index % 17 == 5:
+            fields["extra"] = "x"  # the pages holding it take hiredis's way
+        r.xadd(stream, fields)
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[i], ids[min(i + 9, 49)]) for i in range(0, 50, 10)]
+    pages = read_pages(endpoint, commands)
+    expected = [
+        [[entry_id, [x for pair in fields.items() for x in pair]] for entry_id, fields in page]
+        for page in (r.xrange(stream, c[2], c[3]) for c in commands)
+    ]
+    assert [as_entries(page) for page in pages] == expected
+    kinds = [isinstance(page, ColumnPage) for page in pages]
+    assert kinds == [False, True, False, False, True]  # entries 5, 22 and 39 carry "extra"
+    assert as_entries(joined_pages(pages)) == [e for page in expected for e in page]
+
+
+def test_a_page_larger_than_the_buffer_grows_it(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    big = bytes(range(256)) * 12_000  # 3 MB per value: the buffer starts at 1 MiB
+    for index in range(3):
+        r.xadd(stream, {"v": big[index:], "i": str(index)})
+    (page,) = read_pages(endpoint, [("XRANGE", stream, "-", "+")])
+    assert isinstance(page, ColumnPage)
+    assert page.columns[b"v"].to_pylist() == [big, big[1:], big[2:]]
+
+
+def test_an_error_reply_raises_redis_pys_error_and_later_replies_still_read(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    r.set(f"{stream}:string", "not a stream")
+    r.xadd(stream, {"a": "1"})
+    with raw_connection(endpoint) as connection:
+        pages = XrangePages(connection)
+        pages.send("XRANGE", f"{stream}:string", "-", "+")
+        pages.send("XRANGE", stream, "-", "+")
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            pages.read()
+        assert as_entries(pages.read()) == [[r.xrange(stream)[0][0], [b"a", b"1"]]]
+    r.delete(f"{stream}:string")
+
+
+NAMES = st.sampled_from([b"a", b"b", b"payload", b"\r\n$1"])
+ENTRIES = st.lists(
+    st.lists(st.tuples(NAMES, st.binary(max_size=12) | st.sampled_from(HOSTILE)), min_size=1),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ENTRIES, st.booleans())
+def test_any_entries_read_as_hiredis_reads_them(
+    redis_url: str, endpoint: RedisEndpoint, entries: list[list[tuple[bytes, bytes]]], uniform: bool
+) -> None:
+    if uniform:  # every entry with the first one's names: the column path
+        names = [name for name, _ in entries[0]]
+        entries = [list(zip(names, [v for _, v in e], strict=False)) for e in entries]
+        entries = [e for e in entries if len(e) == len(names)]
+    client = redis.Redis.from_url(redis_url)
+    stream = f"h{uuid.uuid4().hex[:10]}:t"
+    try:
+        for fields in entries:
+            client.execute_command("XADD", stream, "*", *[x for pair in fields for x in pair])
+        command = ("XRANGE", stream, "-", "+", "COUNT", 5)
+        (page,) = read_pages(endpoint, [command])
+        assert as_entries(page) == hiredis_of(raw_reply(redis_url, *command))
+    finally:
+        client.delete(stream)
+        client.close()
