@@ -90,21 +90,32 @@ def _positions(end: Any) -> dict[str, str]:
     return {stream: str(position) for stream, position in positions.items()}
 
 
-def stream_positions(client: Any, committed: dict[str, str]) -> tuple[int, int]:
-    """(entries in the demo's streams, how many of them are after ``committed``).
+def stream_positions(
+    client: Any, committed: dict[str, str], lettered: frozenset[tuple[str, str]] = frozenset()
+) -> tuple[int, int]:
+    """(entries in the demo's streams, how many of them are after ``committed`` and not yet
+    dead-lettered).
 
-    Counts the unread entries one by one (XRANGE): done once, for the summary, never per tick.
+    ``lettered`` holds the (stream, entry ID) pairs in the dead-letter table. A batch that Ctrl-C
+    cut off after its reads appended their dead letters, but before the events were committed,
+    leaves those entries both lettered and after ``committed``: they count once, as lettered
+    (its replay would not append them again). Counts the unread entries one by one (XRANGE):
+    done once, for the summary, never per tick.
     """
     total = unread = 0
     for stream in STREAMS:
         length = int(client.xlen(stream))
         total += length
-        if stream not in committed:
-            unread += length
-        elif length:
-            after = f"({committed[stream]}"
-            unread += len(client.xrange(stream, min=after, max="+", count=10_000_000))
+        if not length:
+            continue
+        after = f"({committed[stream]}" if stream in committed else "-"
+        entries = client.xrange(stream, min=after, max="+", count=10_000_000)
+        unread += sum(1 for entry_id, _ in entries if (stream, _text(entry_id)) not in lettered)
     return total, unread
+
+
+def _text(entry_id: bytes | str) -> str:
+    return entry_id.decode() if isinstance(entry_id, bytes) else entry_id
 
 
 @dataclass
@@ -136,13 +147,16 @@ class Summary:
 
         letters = DeadLetterTable(str(paths.dead_letters))
         by_reason: list[tuple[str, int]] = []
+        lettered: frozenset[tuple[str, str]] = frozenset()
         if letters.exists():
             frame = letters.summary(by=("reason",))
             by_reason = [
                 (str(r), int(c)) for r, c in zip(frame["reason"], frame["count"], strict=True)
             ]
+            entries = letters.to_arrow().select(["stream", "entry_id"]).to_pydict()
+            lettered = frozenset(zip(entries["stream"], entries["entry_id"], strict=True))
         try:
-            total, unread = stream_positions(client, committed)
+            total, unread = stream_positions(client, committed, lettered)
             published: int = total
             still_unread: int | None = unread
         except Exception:  # Redis is gone (it was stopped too): count what the publisher sent
