@@ -10,14 +10,19 @@ That applies to a page whose entries all carry the same field names in the same 
 publisher writes). Any other page is parsed by hiredis from the same bytes and decoded the
 general way, so an entry decodes the same whatever its page (``atlasbus.decode``).
 
-Compiled code is cached beside this module (numba's ``cache=True``), so a worker process pays
-the compilation once per installation, then about 0.1 s to load it.
+Compiled code is cached on disk (numba's ``cache=True``), so a worker process pays the
+compilation once per installation, then about 0.3 CPU-s to load numba and the code: beside this
+module, else in the user's cache directory, else in the temporary directory (``_compiled``).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 import pyarrow as pa
 from numba import njit, types
@@ -35,7 +40,21 @@ FULL = 2  # the walk's arrays for names and values are full: grow them and walk 
 _ASTERISK, _DOLLAR, _CR, _MINUS = 42, 36, 13, 45
 
 
-@njit(cache=True, nogil=True)
+def _compiled(function: Callable[..., Any]) -> Any:
+    """``function`` compiled by numba, its machine code cached on disk.
+
+    numba caches beside the module or in the user's cache directory, and refuses to compile
+    (at import) when it can write to neither: a read-only installation run by a user without
+    a home directory. The temporary directory serves then.
+    """
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
+        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
+        return njit(cache=True, nogil=True)(function)
+
+
+@_compiled
 def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """The decimal integer at ``pos`` ended by CRLF, and the position after it; -1 if cut off.
 
@@ -63,7 +82,7 @@ def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
     return 0, -1
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     """A bulk string at ``pos``: (status, its start, its length)."""
     if pos >= end:
@@ -82,7 +101,7 @@ def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     return COMPLETE, start, length
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _walk(
     buf: Any,
     end: int,
@@ -139,7 +158,7 @@ def _walk(
     return COMPLETE, pos, entry, tokens
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _same_names(buf: Any, field_counts: Any, token_start: Any, token_length: Any) -> bool:
     """Whether every entry has the first entry's field names, in the same order."""
     width = field_counts[0]
@@ -188,7 +207,7 @@ def _copy_bytes(
     return signature, generate
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _gather(
     buf: Any, id_start: Any, id_length: Any, token_start: Any, token_length: Any, width: int
 ) -> Any:
