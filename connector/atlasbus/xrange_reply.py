@@ -11,7 +11,7 @@ publisher writes). Any other page is parsed by hiredis from the same bytes and d
 general way, so an entry decodes the same whatever its page (``atlasbus.decode``).
 
 Compiled code is cached on disk (numba's ``cache=True``), so a worker process pays the
-compilation once per installation, then about 0.3 CPU-s to load numba and the code: beside this
+compilation once per installation, then about 0.5 CPU-s to load numba and the code: beside this
 module, else in the user's cache directory, else in the temporary directory (``_compiled``).
 """
 
