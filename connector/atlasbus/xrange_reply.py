@@ -248,24 +248,21 @@ class Walk:
         self.position = 0
         self.walked = 0
         self.tokens = 0
-        self._places: tuple[np.ndarray, ...] = ()
-
-    def places(self) -> tuple[np.ndarray, ...]:
-        """ID starts and lengths, fields per entry, token starts and lengths (as walked)."""
-        return self._places
+        # ID starts and lengths, fields per entry, token starts and lengths (as walked)
+        self.places: tuple[np.ndarray, ...] = ()
 
     def start(self, entries: int, position: int) -> None:
         self.entries, self.position = entries, position
         per_entry = np.empty((3, entries), np.int64)
         tokens = np.empty((2, 16 * entries), np.int64)  # 8 fields an entry before growing
-        self._places = (*per_entry, *tokens)
+        self.places = (*per_entry, *tokens)
 
     def grow(self) -> None:
-        id_start, id_length, field_counts, token_start, token_length = self._places
+        id_start, id_length, field_counts, token_start, token_length = self.places
         tokens = np.empty((2, 2 * len(token_start) + 16), np.int64)
         tokens[0, : self.tokens] = token_start[: self.tokens]
         tokens[1, : self.tokens] = token_length[: self.tokens]
-        self._places = (id_start, id_length, field_counts, *tokens)
+        self.places = (id_start, id_length, field_counts, *tokens)
 
 
 def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
@@ -286,7 +283,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
         walk.start(entries, position)
     while True:
         status, walk.position, walk.walked, walk.tokens = _walk(
-            buf, end, walk.position, walk.walked, walk.tokens, *walk.places()
+            buf, end, walk.position, walk.walked, walk.tokens, *walk.places
         )
         if status != FULL:
             return int(status)
@@ -297,7 +294,7 @@ def cut_reply(buf: np.ndarray, walk: Walk) -> ColumnPage | None:
     """The completely walked reply as columns; None when its entries' field layouts differ."""
     if walk.entries == 0:
         return ColumnPage(pa.array([], pa.binary()), [], {})
-    id_start, id_length, field_counts, token_start, token_length = walk.places()
+    id_start, id_length, field_counts, token_start, token_length = walk.places
     if not _same_names(buf, field_counts, token_start, token_length):
         return None
     width = int(field_counts[0])
