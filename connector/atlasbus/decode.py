@@ -3,7 +3,8 @@
 This is the hot path: every entry the source reads passes through here. Work is done column
 by column with Arrow kernels; Python touches each entry only to pick its values out of the
 reply and to validate the JSON of ``payload`` (``atlasbus.json_objects``), ``tracing`` and
-``metadata`` (orjson, which also builds their maps). A malformed entry never raises: it becomes
+``metadata`` (orjson, which also builds their maps, unless a column page's objects are all flat
+objects of strings: ``atlasbus.flat_json_maps``). A malformed entry never raises: it becomes
 a row whose ``error`` says what is wrong and whose ``fields`` hold the raw entry
 (``atlasbus.raw_fields``), so nothing is lost.
 
@@ -441,6 +442,14 @@ def _map_column(given: Values | None, name: bytes, errors: _Errors) -> pa.Array:
     size = errors.size
     if given is None:
         return _empty_maps(size)
+    if isinstance(given, pa.Array):
+        # Column pages come only from atlasbus.xrange_reply, which has loaded numba already;
+        # imported here so that decoding hiredis's pages (atlasbus.pending) never loads it.
+        from atlasbus.flat_json_maps import flat_string_maps
+
+        maps = flat_string_maps(given)
+        if maps is not None:
+            return maps
     values = _as_list(given)
     if values.count(_EMPTY_OBJECT) == size:
         return _empty_maps(size)

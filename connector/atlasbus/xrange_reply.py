@@ -12,24 +12,19 @@ general way, so an entry decodes the same whatever its page (``atlasbus.decode``
 
 Compiled code is cached on disk (numba's ``cache=True``), so a worker process pays the
 compilation once per installation, then about 0.5 CPU-s to load numba and the code: beside this
-module, else in the user's cache directory, else in the temporary directory (``_compiled``).
+module, else in the user's cache directory, else in the temporary directory
+(``atlasbus.compiled``).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from atlasbus.column_page import ColumnPage
+from atlasbus.compiled import compiled, copy_bytes
 
 # What a walk of the buffer found.
 MORE = 0  # the reply is not all there yet: read more bytes and walk again from where it stopped
@@ -40,21 +35,7 @@ FULL = 2  # the walk's arrays for names and values are full: grow them and walk 
 _ASTERISK, _DOLLAR, _CR, _MINUS = 42, 36, 13, 45
 
 
-def _compiled(function: Callable[..., Any]) -> Any:
-    """``function`` compiled by numba, its machine code cached on disk.
-
-    numba caches beside the module or in the user's cache directory, and refuses to compile
-    (at import) when it can write to neither: a read-only installation run by a user without
-    a home directory. The temporary directory serves then.
-    """
-    try:
-        return njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
-        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
-        return njit(cache=True, nogil=True)(function)
-
-
-@_compiled
+@compiled
 def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """The decimal integer at ``pos`` ended by CRLF, and the position after it; -1 if cut off.
 
@@ -82,7 +63,7 @@ def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
     return 0, -1
 
 
-@_compiled
+@compiled
 def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     """A bulk string at ``pos``: (status, its start, its length)."""
     if pos >= end:
@@ -101,7 +82,7 @@ def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
     return COMPLETE, start, length
 
 
-@_compiled
+@compiled
 def _walk(
     buf: Any,
     end: int,
@@ -158,7 +139,7 @@ def _walk(
     return COMPLETE, pos, entry, tokens
 
 
-@_compiled
+@compiled
 def _same_names(buf: Any, field_counts: Any, token_start: Any, token_length: Any) -> bool:
     """Whether every entry has the first entry's field names, in the same order."""
     width = field_counts[0]
@@ -180,34 +161,7 @@ def _same_names(buf: Any, field_counts: Any, token_start: Any, token_length: Any
     return True
 
 
-@intrinsic
-def _copy_bytes(
-    typing_context: Any, target: Any, target_at: Any, source: Any, source_at: Any, size: Any
-) -> Any:
-    """``target[target_at:][:size] = source[source_at:][:size]`` as one memcpy, unchecked.
-
-    A loop over the bytes (what numba makes of a slice assignment) cost 15 times as much for
-    the short values of an entry. Callers keep both ranges within their arrays.
-    """
-    signature = types.void(target, types.intp, source, types.intp, types.intp)
-
-    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        target_value, target_index, source_value, source_index, count = args
-        target_array = context.make_array(signature.args[0])(context, builder, target_value)
-        source_array = context.make_array(signature.args[2])(context, builder, source_value)
-        cgutils.raw_memcpy(
-            builder,
-            builder.gep(target_array.data, [target_index]),
-            builder.gep(source_array.data, [source_index]),
-            count,
-            1,
-        )
-        return context.get_dummy_value()
-
-    return signature, generate
-
-
-@_compiled
+@compiled
 def _gather(
     buf: Any, id_start: Any, id_length: Any, token_start: Any, token_length: Any, width: int
 ) -> Any:
@@ -232,11 +186,11 @@ def _gather(
         bounds[column + 1] = bounds[column] + total
     data = np.empty(bounds[columns], np.uint8)
     for row in range(entries):
-        _copy_bytes(data, bounds[0] + offsets[0, row], buf, id_start[row], id_length[row])
+        copy_bytes(data, bounds[0] + offsets[0, row], buf, id_start[row], id_length[row])
         for column in range(1, columns):
             token = row * 2 * width + 2 * column - 1
             at = bounds[column] + offsets[column, row]
-            _copy_bytes(data, at, buf, token_start[token], token_length[token])
+            copy_bytes(data, at, buf, token_start[token], token_length[token])
     return offsets, data, bounds
 
 

@@ -1,0 +1,60 @@
+"""numba's compiler as the hot paths use it: cached machine code, and a memcpy (executor).
+
+The loops that cut XRANGE replies (``atlasbus.xrange_reply``) and parse flat JSON maps
+(``atlasbus.flat_json_maps``) are compiled once per installation and loaded from disk by each
+worker. Only modules that work on column pages import this, so decoding alone never loads
+the compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numba
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def compiled(function: Callable[..., Any]) -> Any:
+    """``function`` compiled by numba, its machine code cached on disk.
+
+    numba caches beside the module or in the user's cache directory, and refuses to compile
+    (at import) when it can write to neither: a read-only installation run by a user without
+    a home directory. The temporary directory serves then.
+    """
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
+        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
+        return njit(cache=True, nogil=True)(function)
+
+
+@intrinsic
+def copy_bytes(
+    typing_context: Any, target: Any, target_at: Any, source: Any, source_at: Any, size: Any
+) -> Any:
+    """``target[target_at:][:size] = source[source_at:][:size]`` as one memcpy, unchecked.
+
+    A loop over the bytes (what numba makes of a slice assignment) cost 15 times as much for
+    the short values of an entry. Callers keep both ranges within their arrays.
+    """
+    signature = types.void(target, types.intp, source, types.intp, types.intp)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        target_value, target_index, source_value, source_index, count = args
+        target_array = context.make_array(signature.args[0])(context, builder, target_value)
+        source_array = context.make_array(signature.args[2])(context, builder, source_value)
+        cgutils.raw_memcpy(
+            builder,
+            builder.gep(target_array.data, [target_index]),
+            builder.gep(source_array.data, [source_index]),
+            count,
+            1,
+        )
+        return context.get_dummy_value()
+
+    return signature, generate
