@@ -1,6 +1,7 @@
-"""The fast JSON-object check says yes only where orjson, the contract's parser, says yes.
+"""The fast JSON-object checks say yes only where orjson, the contract's parser, says yes.
 
-``all_json_objects`` decides whether a page's payloads skip the per-value check. If it ever
+``all_json_objects`` (simdjson, on a list of values) and ``json_object_texts`` (compiled, on
+a column page's Arrow column) decide whether a page's payloads skip the per-value check. If it ever
 took a value orjson refuses, that entry would read as good on a page of good entries and as an
 error row alone, and the sink would publish what the source then dead-letters. So: on edge
 cases and on mutated documents, a yes must always be orjson's yes; and on ordinary documents
@@ -13,14 +14,31 @@ import json
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atlasbus.decode import decode_envelopes
+from atlasbus.json_object_column import json_object_texts
 from atlasbus.json_objects import all_json_objects
 
 BOM = b"\xef\xbb\xbf"
+
+
+def compiled_check(values: list[bytes | None]) -> bool:
+    """``json_object_texts`` as a yes or no; a yes must also give the values as text."""
+    column = pa.array(values, pa.binary())
+    texts = json_object_texts(column)
+    if texts is not None:
+        assert texts.to_pylist() == [value.decode() for value in values if value is not None]
+    return texts is not None
+
+
+CHECKS = pytest.mark.parametrize(
+    "check",
+    [pytest.param(all_json_objects, id="simdjson"), pytest.param(compiled_check, id="compiled")],
+)
 
 
 def orjson_object(value: bytes) -> bool:
@@ -69,11 +87,12 @@ ORJSON_ONLY = [
 ]
 
 
+@CHECKS
 @pytest.mark.parametrize(("value", "is_object"), EDGE_CASES)
-def test_edge_cases_agree_with_orjson(value: bytes, is_object: bool) -> None:
+def test_edge_cases_agree_with_orjson(check: Any, value: bytes, is_object: bool) -> None:
     assert orjson_object(value) is is_object
-    assert all_json_objects([value]) is is_object
-    assert all_json_objects([b"{}", value, b'{"b":2}']) is is_object
+    assert check([value]) is is_object
+    assert check([b"{}", value, b'{"b":2}']) is is_object
 
 
 @pytest.mark.parametrize("value", ORJSON_ONLY)
@@ -82,9 +101,45 @@ def test_what_only_orjson_takes_is_left_to_orjson(value: bytes) -> None:
     assert all_json_objects([value]) is False
 
 
-def test_absent_values_and_empty_pages() -> None:
-    assert all_json_objects([]) is True
-    assert all_json_objects([b"{}", None]) is False
+# orjson's verdicts where the compiled check's margins lie: nesting, surrogates, number sizes.
+COMPILED_MARGINS = [
+    (b'{"a":18446744073709551616}', True),  # a double to orjson, like any long integer
+    (b'{"a":1.7976931348623157e308,"b":-17976931348623157e292}', True),  # the largest double
+    (b'{"a":1' + b"0" * 308 + b"}", True),
+    (b'{"a":0.5e308,"b":1e-999}', True),
+    (b'{"a":"\\x"}', False),  # no such escape
+    (b'{"a":"\\ud800"}', False),  # a lone surrogate
+    (b'{"a":1.8e308}', False),  # infinite as a double
+    (b'{"a":"\\u00e9\\n\\/"}', True),
+    (b'{"a":"\\ud834\\udd1e"}', True),  # a surrogate pair
+    (b'{"a":"\\udd1e\\ud834"}', False),  # low before high
+    (nested(64), True),
+]
+# orjson takes these; the compiled check leaves them to it (a yes would be just as right).
+COMPILED_NOT_SURE = [
+    b'{"a":1.7976931348623158e308}',  # rounds down to the largest double
+    nested(65),
+    nested(1024),
+    b'{"a":1e0001}',  # four exponent digits
+]
+
+
+@pytest.mark.parametrize(("value", "is_object"), COMPILED_MARGINS)
+def test_the_compiled_check_at_its_margins(value: bytes, is_object: bool) -> None:
+    assert orjson_object(value) is is_object
+    assert compiled_check([value]) is is_object
+
+
+@pytest.mark.parametrize("value", COMPILED_NOT_SURE)
+def test_what_the_compiled_check_is_not_sure_of_is_left_to_orjson(value: bytes) -> None:
+    assert orjson_object(value)
+    assert compiled_check([value]) is False
+
+
+@CHECKS
+def test_absent_values_and_empty_pages(check: Any) -> None:
+    assert check([]) is True
+    assert check([b"{}", None]) is False
 
 
 @pytest.mark.parametrize("payload", [BOM + b'{"n":1}', b'{"n":18446744073709551616}', nested(1024)])
@@ -142,6 +197,8 @@ def mutated_documents(draw: st.DrawFn) -> bytes:
 def test_a_yes_is_always_orjsons_yes(value: bytes) -> None:
     if all_json_objects([value]):
         assert orjson_object(value), value
+    if compiled_check([value]):
+        assert orjson_object(value), value
 
 
 JSON_VALUES = st.recursive(
@@ -162,3 +219,4 @@ JSON_VALUES = st.recursive(
 def test_ordinary_objects_take_the_fast_path(document: dict[str, Any], ascii_only: bool) -> None:
     text = json.dumps(document, ensure_ascii=ascii_only).encode()
     assert all_json_objects([text, orjson.dumps(document)])
+    assert compiled_check([text, orjson.dumps(document)])

@@ -305,6 +305,12 @@ def _payload_column(values: Values | None, errors: _Errors) -> pa.Array:
     _report_missing(values, wire.PAYLOAD, errors)
     if values is None:
         return pa.nulls(errors.size, pa.string())
+    if isinstance(values, pa.Array):
+        from atlasbus.json_object_column import json_object_texts  # see _map_column
+
+        checked = json_object_texts(values)
+        if checked is not None:
+            return checked
     if all_json_objects(_as_list(values)):
         # every value is valid JSON, hence valid UTF-8: no second check needed
         return _as_binary(values).view(pa.string())

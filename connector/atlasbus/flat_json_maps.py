@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import compiled, copy_bytes
+from atlasbus.compiled import byte_at, compiled, copy_bytes
 
 _SPACE, _TAB, _LF, _CR = 32, 9, 10, 13
 _QUOTE, _BACKSLASH, _COLON, _COMMA = 34, 92, 58, 44
@@ -68,9 +68,10 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
 
 
 @compiled
-def _skip_space(data: Any, pos: int, end: int) -> int:
+def skip_space(data: int, pos: int, end: int) -> int:
+    """The first position from ``pos`` that is not JSON whitespace (or ``end``)."""
     while pos < end:
-        byte = data[pos]
+        byte = byte_at(data, pos)
         if byte != _SPACE and byte != _LF and byte != _CR and byte != _TAB:
             break
         pos += 1
@@ -78,10 +79,10 @@ def _skip_space(data: Any, pos: int, end: int) -> int:
 
 
 @compiled
-def _closing_quote(data: Any, pos: int, end: int) -> int:
+def _closing_quote(data: int, pos: int, end: int) -> int:
     """Where the string whose text starts at ``pos`` ends; -1 at an escape or control byte."""
     while pos < end:
-        byte = data[pos]
+        byte = byte_at(data, pos)
         if byte == _QUOTE:
             return pos
         if byte == _BACKSLASH or byte < _SPACE:
@@ -91,28 +92,28 @@ def _closing_quote(data: Any, pos: int, end: int) -> int:
 
 
 @compiled
-def _same_text(data: Any, a: int, b: int, length: int) -> bool:
+def _same_text(data: int, a: int, b: int, length: int) -> bool:
     k = 0
-    while k < length and data[a + k] == data[b + k]:
+    while k < length and byte_at(data, a + k) == byte_at(data, b + k):
         k += 1
     return k == length
 
 
 @compiled
 def _object_pairs(
-    data: Any, pos: int, end: int, key_at: Any, key_length: Any, value_at: Any, value_length: Any
+    data: int, pos: int, end: int, key_at: Any, key_length: Any, value_at: Any, value_length: Any
 ) -> int:
-    """The pairs of the flat object ``data[pos:end]``, noted in the arrays (a null value's
+    """The pairs of the flat object ``byte_at(data, pos:end)``, noted in the arrays (a null value's
     length is -1); -1 when the text is not such an object."""
-    pos = _skip_space(data, pos, end)
-    if pos >= end or data[pos] != _OPEN:
+    pos = skip_space(data, pos, end)
+    if pos >= end or byte_at(data, pos) != _OPEN:
         return -1
-    pos = _skip_space(data, pos + 1, end)
-    if pos < end and data[pos] == _CLOSE:
-        return 0 if _skip_space(data, pos + 1, end) == end else -1
+    pos = skip_space(data, pos + 1, end)
+    if pos < end and byte_at(data, pos) == _CLOSE:
+        return 0 if skip_space(data, pos + 1, end) == end else -1
     pairs = 0
     while True:
-        if pos >= end or data[pos] != _QUOTE:
+        if pos >= end or byte_at(data, pos) != _QUOTE:
             return -1
         close = _closing_quote(data, pos + 1, end)
         if close < 0:
@@ -124,11 +125,11 @@ def _object_pairs(
                 data, key_at[earlier], key_at[pairs], key_length[pairs]
             ):
                 return -1  # a repeated key: orjson's path keeps the last value at the first place
-        pos = _skip_space(data, close + 1, end)
-        if pos >= end or data[pos] != _COLON:
+        pos = skip_space(data, close + 1, end)
+        if pos >= end or byte_at(data, pos) != _COLON:
             return -1
-        pos = _skip_space(data, pos + 1, end)
-        if pos < end and data[pos] == _QUOTE:
+        pos = skip_space(data, pos + 1, end)
+        if pos < end and byte_at(data, pos) == _QUOTE:
             close = _closing_quote(data, pos + 1, end)
             if close < 0:
                 return -1
@@ -137,10 +138,10 @@ def _object_pairs(
             pos = close + 1
         elif (
             pos + 4 <= end
-            and data[pos] == _N
-            and data[pos + 1] == _U
-            and data[pos + 2] == _L
-            and data[pos + 3] == _L
+            and byte_at(data, pos) == _N
+            and byte_at(data, pos + 1) == _U
+            and byte_at(data, pos + 2) == _L
+            and byte_at(data, pos + 3) == _L
         ):
             value_at[pairs] = pos
             value_length[pairs] = -1
@@ -148,13 +149,13 @@ def _object_pairs(
         else:
             return -1
         pairs += 1
-        pos = _skip_space(data, pos, end)
+        pos = skip_space(data, pos, end)
         if pos >= end:
             return -1
-        if data[pos] == _COMMA:
-            pos = _skip_space(data, pos + 1, end)
-        elif data[pos] == _CLOSE:
-            return pairs if _skip_space(data, pos + 1, end) == end else -1
+        if byte_at(data, pos) == _COMMA:
+            pos = skip_space(data, pos + 1, end)
+        elif byte_at(data, pos) == _CLOSE:
+            return pairs if skip_space(data, pos + 1, end) == end else -1
         else:
             return -1
 
@@ -166,6 +167,7 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     Returns whether all values were taken, then the map offsets, the keys' offsets and bytes,
     the values' offsets and bytes, and which values are not null.
     """
+    address = data.ctypes.data
     rows = offsets.shape[0] - 1
     longest = 0
     for row in range(rows):
@@ -180,7 +182,7 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     value_bytes = 0
     for row in range(rows):
         pairs = _object_pairs(
-            data,
+            address,
             int(offsets[row]),
             int(offsets[row + 1]),
             key_at,
@@ -204,7 +206,7 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     at = 0
     for row in range(rows):
         pairs = _object_pairs(
-            data,
+            address,
             int(offsets[row]),
             int(offsets[row + 1]),
             key_at,

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.compiled import compiled, copy_bytes
+from atlasbus.compiled import byte_at, compiled, copy_bytes
 
 # What a walk of the buffer found.
 MORE = 0  # the reply is not all there yet: read more bytes and walk again from where it stopped
@@ -36,19 +36,19 @@ _ASTERISK, _DOLLAR, _CR, _MINUS = 42, 36, 13, 45
 
 
 @compiled
-def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
+def _number(buf: int, pos: int, end: int) -> tuple[int, int]:
     """The decimal integer at ``pos`` ended by CRLF, and the position after it; -1 if cut off.
 
     A non-digit gives a position of -2: the reply is not what XRANGE sends.
     """
     value = 0
     negative = False
-    if pos < end and buf[pos] == _MINUS:
+    if pos < end and byte_at(buf, pos) == _MINUS:
         negative = True
         pos += 1
     digits = 0
     while pos < end:
-        byte = buf[pos]
+        byte = byte_at(buf, pos)
         if byte == _CR:
             if pos + 1 >= end:
                 return 0, -1
@@ -64,11 +64,11 @@ def _number(buf: Any, pos: int, end: int) -> tuple[int, int]:
 
 
 @compiled
-def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
+def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
     """A bulk string at ``pos``: (status, its start, its length)."""
     if pos >= end:
         return MORE, 0, 0
-    if buf[pos] != _DOLLAR:
+    if byte_at(buf, pos) != _DOLLAR:
         return NOT_XRANGE, 0, 0
     length, start = _number(buf, pos + 1, end)
     if start == -1:
@@ -77,7 +77,7 @@ def _bulk(buf: Any, pos: int, end: int) -> tuple[int, int, int]:
         return NOT_XRANGE, 0, 0
     if start + length + 2 > end:
         return MORE, 0, 0
-    if buf[start + length] != _CR:
+    if byte_at(buf, start + length) != _CR:
         return NOT_XRANGE, 0, 0
     return COMPLETE, start, length
 
@@ -100,23 +100,28 @@ def _walk(
     Notes where each ID, name and value lies. Returns (status, position, entries walked, tokens
     seen); FULL when the token arrays are too small for the next entry.
     """
+    address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
     entries = id_start.shape[0]
     capacity = token_start.shape[0]
     while entry < entries:
         at = pos
         if at + 4 > end:
             return MORE, pos, entry, tokens
-        if buf[at] != _ASTERISK or buf[at + 1] != 50 or buf[at + 2] != _CR:  # "*2\r\n"
+        if (
+            byte_at(address, at) != _ASTERISK
+            or byte_at(address, at + 1) != 50
+            or byte_at(address, at + 2) != _CR
+        ):  # "*2\r\n"
             return NOT_XRANGE, pos, entry, tokens
-        status, start, length = _bulk(buf, at + 4, end)
+        status, start, length = _bulk(address, at + 4, end)
         if status != COMPLETE:
             return status, pos, entry, tokens
         at = start + length + 2
         if at >= end:
             return MORE, pos, entry, tokens
-        if buf[at] != _ASTERISK:
+        if byte_at(address, at) != _ASTERISK:
             return NOT_XRANGE, pos, entry, tokens
-        count, at = _number(buf, at + 1, end)
+        count, at = _number(address, at + 1, end)
         if at == -1:
             return MORE, pos, entry, tokens
         if at < 0 or count < 0 or count % 2:
@@ -124,7 +129,7 @@ def _walk(
         if tokens + count > capacity:
             return FULL, pos, entry, tokens
         for token in range(tokens, tokens + count):
-            status, value_start, value_length = _bulk(buf, at, end)
+            status, value_start, value_length = _bulk(address, at, end)
             if status != COMPLETE:
                 return status, pos, entry, tokens
             token_start[token] = value_start
@@ -229,7 +234,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
             return MORE
         if buf[0] != _ASTERISK:
             return NOT_XRANGE
-        entries, position = _number(buf, 1, end)
+        entries, position = _number(buf.ctypes.data, 1, end)
         if position == -1:
             return MORE
         if position < 0 or entries < 0:
