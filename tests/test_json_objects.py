@@ -173,6 +173,7 @@ SEEDS = [
     '{"é":"ü€𝄞"}'.encode(),
     b'{"n":18446744073709551615,"m":-9223372036854775808,"f":1.7976931348623157e308}',
     BOM + b"{}",
+    b'{"note":"' + b"x" * 21 + b'\\"' + b"y" * 13 + b'","n":[' + b"1" * 12 + b"]}",  # long runs
 ]
 
 
@@ -220,3 +221,14 @@ def test_ordinary_objects_take_the_fast_path(document: dict[str, Any], ascii_onl
     text = json.dumps(document, ensure_ascii=ascii_only).encode()
     assert all_json_objects([text, orjson.dumps(document)])
     assert compiled_check([text, orjson.dumps(document)])
+
+
+@pytest.mark.parametrize("at", range(20))
+def test_a_special_byte_is_seen_wherever_it_lies_in_a_long_string(at: int) -> None:
+    """The compiled check scans strings 8 bytes at a time."""
+    for special, is_object in ((b"\x01", False), (b"\x1f", False), (b'\\"', True), (b"\\q", False)):
+        value = b'{"a":"' + b"x" * at + special + b"y" * (19 - at) + b'"}'
+        assert orjson_object(value) is is_object
+        assert compiled_check([value]) is is_object, value
+    value = b'{"a":"' + b"x" * at + b'"' + b"y" * (19 - at) + b'"}'  # a string ended early
+    assert orjson_object(value) is compiled_check([value]) is False

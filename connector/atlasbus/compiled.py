@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -78,3 +79,40 @@ def byte_at(typing_context: Any, address: Any, index: Any) -> Any:
         return builder.load(builder.gep(pointer, [index_value]))
 
     return signature, generate
+
+
+@intrinsic
+def word_at(typing_context: Any, address: Any, index: Any) -> Any:
+    """The 8 bytes at ``address + index`` as one little-endian integer, unchecked and unaligned.
+
+    For scanning text a word at a time (``has_byte_below``, ``has_byte``). Callers keep the
+    8 bytes within the buffer.
+    """
+    signature = types.uint64(types.intp, types.intp)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address_value, index_value = args
+        pointer = builder.inttoptr(address_value, ir.IntType(8).as_pointer())
+        word = builder.bitcast(builder.gep(pointer, [index_value]), ir.IntType(64).as_pointer())
+        return builder.load(word, align=1)
+
+    return signature, generate
+
+
+# numba types an integer by its Python value: these stay unsigned 64-bit, as the words are
+# (a signed operand would make numba compute in floating point).
+_LOW_BITS = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_NO_BITS = np.uint64(0)
+
+
+@compiled
+def has_byte_below(word: int, limit: int) -> bool:
+    """Whether any of the 8 bytes of ``word`` is below ``limit`` (at most 128), branch-free."""
+    return bool((word - _LOW_BITS * np.uint64(limit)) & ~word & _HIGH_BITS != _NO_BITS)
+
+
+@compiled
+def has_byte(word: int, byte: int) -> bool:
+    """Whether any of the 8 bytes of ``word`` is ``byte``."""
+    return bool(has_byte_below(word ^ (_LOW_BITS * np.uint64(byte)), 1))

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.compiled import byte_at, compiled
-from atlasbus.flat_json_maps import skip_space
+from atlasbus.flat_json_maps import skip_plain_words, skip_space
 
 _QUOTE, _BACKSLASH, _COLON, _COMMA, _MINUS, _PLUS, _DOT = 34, 92, 58, 44, 45, 43, 46
 _OPEN_OBJECT, _OPEN_ARRAY = 123, 91  # each closing bracket is its opening one plus 2
@@ -93,6 +93,9 @@ def _after_unicode_escape(data: int, pos: int, end: int) -> int:
 def _after_string(data: int, pos: int, end: int) -> int:
     """Past the closing quote of the string whose text starts at ``pos``; -1 if not sure."""
     while pos < end:
+        pos = skip_plain_words(data, pos, end)
+        if pos >= end:
+            break
         byte = byte_at(data, pos)
         if byte == _QUOTE:
             return pos + 1
