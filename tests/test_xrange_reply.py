@@ -118,6 +118,26 @@ def test_pages_whose_layouts_differ_are_left_to_hiredis(
     assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
 
 
+def test_names_differing_in_any_one_byte_are_seen(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """Names are compared 8 bytes at a time, then byte by byte: a difference anywhere counts."""
+    name = "correlation_identifier_19"  # 25 bytes: three words and a tail
+    for at in range(len(name)):
+        other = name[:at] + chr(ord(name[at]) ^ 1) + name[at + 1 :]
+        r.delete(stream)
+        r.xadd(stream, {"a": "1", name: "2"})
+        r.xadd(stream, {"a": "1", name: "2"})
+        r.xadd(stream, {"a": "1", other: "2"})
+        data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+        assert cut_whole(data) is None, other
+        r.delete(stream)
+        r.xadd(stream, {"a": "1", name: "2"})
+        r.xadd(stream, {"a": "1", name: "3"})
+        page = cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
+        assert page is not None and page.names == [b"a", name.encode()]
+
+
 def test_an_empty_reply_is_an_empty_page(redis_url: str, stream: str) -> None:
     page = cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
     assert isinstance(page, ColumnPage) and len(page) == 0

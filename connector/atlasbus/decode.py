@@ -176,7 +176,7 @@ def decode_envelope_page(
         _repeat(topic, size),
         _repeat(stream, size),
         ids,
-        _timestamps_of(ids),
+        _timestamps_of(ids, page.ids if isinstance(entries, ColumnPage) else None),
         *envelope,
         error_column,
         fields,
@@ -229,8 +229,17 @@ def _id_array(entries: Sequence[RawEntry]) -> pa.Array:
     return pa.array(list(map(_ID_OF, entries)), pa.binary()).cast(pa.string())
 
 
-def _timestamps_of(ids: pa.Array) -> pa.Array:
-    """The ms part of each entry ID as a timestamp; null from 9999-12-30 on (an ID can be set)."""
+def _timestamps_of(ids: pa.Array, binary_ids: pa.Array | None = None) -> pa.Array:
+    """The ms part of each entry ID as a timestamp; null from 9999-12-30 on (an ID can be set).
+
+    A column page's IDs (``binary_ids``) are read by a compiled loop (``atlasbus.id_times``).
+    """
+    if binary_ids is not None:
+        from atlasbus.id_times import id_microseconds  # see _map_column
+
+        micros = id_microseconds(binary_ids, _MAX_ID_MS)
+        if micros is not None:
+            return micros.view(TIMESTAMP)
     ms = pc.cast(pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 0), pa.uint64())
     if len(ms) and pc.max(ms).as_py() > _MAX_ID_MS:
         in_range = pc.less_equal(ms, pa.scalar(_MAX_ID_MS, pa.uint64()))

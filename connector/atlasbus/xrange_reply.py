@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.compiled import byte_at, compiled, copy_bytes
+from atlasbus.compiled import byte_at, compiled, copy_bytes, word_at
 
 # What a walk of the buffer found.
 MORE = 0  # the reply is not all there yet: read more bytes and walk again from where it stopped
@@ -146,23 +146,32 @@ def _walk(
 
 @compiled
 def _same_names(buf: Any, field_counts: Any, token_start: Any, token_length: Any) -> bool:
-    """Whether every entry has the first entry's field names, in the same order."""
+    """Whether every entry has the first entry's field names, in the same order.
+
+    Names are compared 8 bytes at a time: a byte at a time, this was a tenth of cutting.
+    """
+    address = buf.ctypes.data
     width = field_counts[0]
     for count in field_counts:
         if count != width:
             return False
     tokens = 2 * width
-    for token in range(tokens, field_counts.shape[0] * tokens):
-        first = token % tokens
-        if first % 2:
-            continue  # a value
-        length = token_length[token]
-        if length != token_length[first]:
-            return False
-        a, b = token_start[token], token_start[first]
-        for k in range(length):
-            if buf[a + k] != buf[b + k]:
+    for row in range(1, field_counts.shape[0]):
+        for name in range(0, tokens, 2):
+            token = row * tokens + name
+            length = token_length[token]
+            if length != token_length[name]:
                 return False
+            a, b = token_start[token], token_start[name]
+            k = 0
+            while k + 8 <= length:
+                if word_at(address, a + k) != word_at(address, b + k):
+                    return False
+                k += 8
+            while k < length:
+                if byte_at(address, a + k) != byte_at(address, b + k):
+                    return False
+                k += 1
     return True
 
 
