@@ -15,10 +15,24 @@ from typing import Any
 
 import numba
 import numpy as np
+import pyarrow as pa
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+
+def binary_column(values: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """The bytes and the offsets (one more than the rows) of a binary column, for compiled
+    loops to read where they lie; None for any other type, a null or no rows."""
+    if values.type != pa.binary() or values.null_count or len(values) == 0:
+        return None
+    _, offsets_buffer, data_buffer = values.buffers()
+    end = values.offset + len(values) + 1
+    offsets = np.frombuffer(offsets_buffer, np.int32)[values.offset : end]
+    if data_buffer is None:  # every value empty
+        return np.empty(0, np.uint8), offsets
+    return np.frombuffer(data_buffer, np.uint8), offsets
 
 
 def compiled(function: Callable[..., Any]) -> Any:

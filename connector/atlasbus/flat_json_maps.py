@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import byte_at, compiled, copy_bytes, has_byte, has_byte_below, word_at
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes
+from atlasbus.json_scan import after_string, skip_space
 
-_SPACE, _TAB, _LF, _CR = 32, 9, 10, 13
-_QUOTE, _BACKSLASH, _COLON, _COMMA = 34, 92, 58, 44
+_QUOTE, _COLON, _COMMA = 34, 58, 44
 _OPEN, _CLOSE = 123, 125
 _N, _U, _L = 110, 117, 108
 # The shortest pair with its comma, '"":"",': a value of n bytes holds at most n // 6 + 1 pairs.
@@ -33,15 +33,10 @@ _SHORTEST_PAIR = 6
 
 def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
     """``values`` (binary JSON texts, none null) as a map column; None when any is not flat."""
-    if values.type != pa.binary() or values.null_count or len(values) == 0:
+    column = binary_column(values)
+    if column is None:
         return None
-    _, offsets_buffer, data_buffer = values.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32)[
-        values.offset : values.offset + len(values) + 1
-    ]
-    data = (
-        np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
-    )
+    data, offsets = column
     taken, map_offsets, key_offsets, key_data, value_offsets, value_data, valid = _flat_maps(
         data, offsets
     )
@@ -68,45 +63,6 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
 
 
 @compiled
-def skip_space(data: int, pos: int, end: int) -> int:
-    """The first position from ``pos`` that is not JSON whitespace (or ``end``)."""
-    while pos < end:
-        byte = byte_at(data, pos)
-        if byte != _SPACE and byte != _LF and byte != _CR and byte != _TAB:
-            break
-        pos += 1
-    return pos
-
-
-@compiled
-def skip_plain_words(data: int, pos: int, end: int) -> int:
-    """Past the 8-byte words from ``pos`` that hold no quote, backslash or control byte: string
-    text a word at a time, where a byte at a time cost four times as much on long values."""
-    while pos + 8 <= end:
-        word = word_at(data, pos)
-        if has_byte(word, _QUOTE) or has_byte(word, _BACKSLASH) or has_byte_below(word, _SPACE):
-            return pos
-        pos += 8
-    return pos
-
-
-@compiled
-def _closing_quote(data: int, pos: int, end: int) -> int:
-    """Where the string whose text starts at ``pos`` ends; -1 at an escape or control byte."""
-    while pos < end:
-        pos = skip_plain_words(data, pos, end)
-        if pos >= end:
-            break
-        byte = byte_at(data, pos)
-        if byte == _QUOTE:
-            return pos
-        if byte == _BACKSLASH or byte < _SPACE:
-            return -1
-        pos += 1
-    return -1
-
-
-@compiled
 def _same_text(data: int, a: int, b: int, length: int) -> bool:
     k = 0
     while k < length and byte_at(data, a + k) == byte_at(data, b + k):
@@ -114,12 +70,15 @@ def _same_text(data: int, a: int, b: int, length: int) -> bool:
     return k == length
 
 
+# The rows of the ``places`` array in which _object_pairs notes each pair: where its key and
+# value start and how long they are (a null value's length is -1).
+_KEY_AT, _KEY_LENGTH, _VALUE_AT, _VALUE_LENGTH = range(4)
+
+
 @compiled
-def _object_pairs(
-    data: int, pos: int, end: int, key_at: Any, key_length: Any, value_at: Any, value_length: Any
-) -> int:
-    """The pairs of the flat object ``byte_at(data, pos:end)``, noted in the arrays (a null value's
-    length is -1); -1 when the text is not such an object."""
+def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
+    """The pairs of the flat object from ``pos`` to ``end``, noted in ``places``; -1 when the
+    text is not such an object."""
     pos = skip_space(data, pos, end)
     if pos >= end or byte_at(data, pos) != _OPEN:
         return -1
@@ -130,36 +89,30 @@ def _object_pairs(
     while True:
         if pos >= end or byte_at(data, pos) != _QUOTE:
             return -1
-        close = _closing_quote(data, pos + 1, end)
-        if close < 0:
+        after = after_string(data, pos + 1, end, False)
+        if after < 0:
             return -1
-        key_at[pairs] = pos + 1
-        key_length[pairs] = close - pos - 1
+        places[_KEY_AT, pairs] = pos + 1
+        places[_KEY_LENGTH, pairs] = after - pos - 2
         for earlier in range(pairs):
-            if key_length[earlier] == key_length[pairs] and _same_text(
-                data, key_at[earlier], key_at[pairs], key_length[pairs]
+            if places[_KEY_LENGTH, earlier] == places[_KEY_LENGTH, pairs] and _same_text(
+                data, places[_KEY_AT, earlier], places[_KEY_AT, pairs], places[_KEY_LENGTH, pairs]
             ):
                 return -1  # a repeated key: orjson's path keeps the last value at the first place
-        pos = skip_space(data, close + 1, end)
+        pos = skip_space(data, after, end)
         if pos >= end or byte_at(data, pos) != _COLON:
             return -1
         pos = skip_space(data, pos + 1, end)
         if pos < end and byte_at(data, pos) == _QUOTE:
-            close = _closing_quote(data, pos + 1, end)
-            if close < 0:
+            after = after_string(data, pos + 1, end, False)
+            if after < 0:
                 return -1
-            value_at[pairs] = pos + 1
-            value_length[pairs] = close - pos - 1
-            pos = close + 1
-        elif (
-            pos + 4 <= end
-            and byte_at(data, pos) == _N
-            and byte_at(data, pos + 1) == _U
-            and byte_at(data, pos + 2) == _L
-            and byte_at(data, pos + 3) == _L
-        ):
-            value_at[pairs] = pos
-            value_length[pairs] = -1
+            places[_VALUE_AT, pairs] = pos + 1
+            places[_VALUE_LENGTH, pairs] = after - pos - 2
+            pos = after
+        elif pos + 4 <= end and _is_null(data, pos):
+            places[_VALUE_AT, pairs] = pos
+            places[_VALUE_LENGTH, pairs] = -1
             pos += 4
         else:
             return -1
@@ -176,6 +129,16 @@ def _object_pairs(
 
 
 @compiled
+def _is_null(data: int, pos: int) -> bool:
+    return bool(
+        byte_at(data, pos) == _N
+        and byte_at(data, pos + 1) == _U
+        and byte_at(data, pos + 2) == _L
+        and byte_at(data, pos + 3) == _L
+    )
+
+
+@compiled
 def _flat_maps(data: Any, offsets: Any) -> Any:
     """Parse every value twice: first to check it and size the buffers, then to fill them.
 
@@ -187,31 +150,19 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     longest = 0
     for row in range(rows):
         longest = max(longest, offsets[row + 1] - offsets[row])
-    capacity = longest // _SHORTEST_PAIR + 1
-    key_at = np.empty(capacity, np.int64)
-    key_length = np.empty(capacity, np.int64)
-    value_at = np.empty(capacity, np.int64)
-    value_length = np.empty(capacity, np.int64)
+    places = np.empty((4, longest // _SHORTEST_PAIR + 1), np.int64)
     map_offsets = np.zeros(rows + 1, np.int32)
     key_bytes = 0
     value_bytes = 0
     for row in range(rows):
-        pairs = _object_pairs(
-            address,
-            int(offsets[row]),
-            int(offsets[row + 1]),
-            key_at,
-            key_length,
-            value_at,
-            value_length,
-        )
+        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), places)
         if pairs < 0:
             none = np.zeros(1, np.int32)
             return False, map_offsets, none, data[:0], none, data[:0], np.zeros(0, np.bool_)
         map_offsets[row + 1] = map_offsets[row] + pairs
         for pair in range(pairs):
-            key_bytes += key_length[pair]
-            value_bytes += max(value_length[pair], 0)
+            key_bytes += places[_KEY_LENGTH, pair]
+            value_bytes += max(places[_VALUE_LENGTH, pair], 0)
     total = map_offsets[rows]
     key_offsets = np.zeros(total + 1, np.int32)
     value_offsets = np.zeros(total + 1, np.int32)
@@ -220,23 +171,17 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     valid = np.ones(total, np.bool_)
     at = 0
     for row in range(rows):
-        pairs = _object_pairs(
-            address,
-            int(offsets[row]),
-            int(offsets[row + 1]),
-            key_at,
-            key_length,
-            value_at,
-            value_length,
-        )
+        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), places)
         for pair in range(pairs):
-            copy_bytes(key_data, key_offsets[at], data, key_at[pair], key_length[pair])
-            key_offsets[at + 1] = key_offsets[at] + key_length[pair]
-            if value_length[pair] < 0:
+            length = places[_KEY_LENGTH, pair]
+            copy_bytes(key_data, key_offsets[at], data, places[_KEY_AT, pair], length)
+            key_offsets[at + 1] = key_offsets[at] + length
+            length = places[_VALUE_LENGTH, pair]
+            if length < 0:
                 valid[at] = False
-                value_offsets[at + 1] = value_offsets[at]
+                length = 0
             else:
-                copy_bytes(value_data, value_offsets[at], data, value_at[pair], value_length[pair])
-                value_offsets[at + 1] = value_offsets[at] + value_length[pair]
+                copy_bytes(value_data, value_offsets[at], data, places[_VALUE_AT, pair], length)
+            value_offsets[at + 1] = value_offsets[at] + length
             at += 1
     return True, map_offsets, key_offsets, key_data, value_offsets, value_data, valid

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import byte_at, compiled
+from atlasbus.compiled import binary_column, byte_at, compiled
 
 _HYPHEN, _ZERO, _NINE = 45, 48, 57
 _MOST_DIGITS = 15  # the last ms to show, 253402127999999, has 15 digits
@@ -25,11 +25,10 @@ def id_microseconds(ids: pa.Array, last_ms: int) -> pa.Array | None:
     None when some ID is not digits, a hyphen and more (never from Redis): the caller's
     general path judges it then.
     """
-    if ids.type != pa.binary() or ids.null_count or len(ids) == 0:
+    column = binary_column(ids)
+    if column is None:
         return None
-    _, offsets_buffer, data_buffer = ids.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32)[ids.offset : ids.offset + len(ids) + 1]
-    data = np.frombuffer(data_buffer, np.uint8)
+    data, offsets = column
     micros = np.empty(len(ids), np.int64)
     status = _id_micros(data.ctypes.data, offsets, last_ms, micros)
     if status < 0:

@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import byte_at, compiled
-from atlasbus.flat_json_maps import skip_plain_words, skip_space
+from atlasbus.compiled import binary_column, byte_at, compiled
+from atlasbus.json_scan import after_string, skip_space
 
-_QUOTE, _BACKSLASH, _COLON, _COMMA, _MINUS, _PLUS, _DOT = 34, 92, 58, 44, 45, 43, 46
+_QUOTE, _COLON, _COMMA, _MINUS, _PLUS, _DOT = 34, 58, 44, 45, 43, 46
 _OPEN_OBJECT, _OPEN_ARRAY = 123, 91  # each closing bracket is its opening one plus 2
-_ZERO, _NINE, _LOWER_E, _UPPER_E, _LOWER_U = 48, 57, 101, 69, 117
-_T, _R, _U, _E, _F, _A, _L, _S, _N = b"truefalsn"  # the letters of true, false and null
-_SIMPLE_ESCAPES = tuple(b'"\\/bfnrt')
+_ZERO, _NINE, _LOWER_E, _UPPER_E = 48, 57, 101, 69
+# The literals' first four bytes as _four_bytes reads them, and false's fifth.
+_TRUE, _NULL, _FALS = (int.from_bytes(word, "little") for word in (b"true", b"null", b"fals"))
+_E = ord("e")
 _DEEPEST = 64
 # The largest double is 1.7976931348623157e308: a number whose first digit stands for 10**308
 # is finite when its digits are at most these (a larger one, or more digits, goes to orjson).
@@ -35,16 +36,12 @@ _LARGEST_DOUBLE_DIGITS = tuple(b"17976931348623157")
 
 def json_object_texts(values: pa.Array) -> pa.Array | None:
     """``values`` as a string column when every one is a JSON object; None when not sure."""
-    if values.type != pa.binary() or values.null_count:
-        return None
-    if len(values) == 0:
+    if len(values) == 0 and values.type == pa.binary():
         return pa.array([], pa.string())
-    _, offsets_buffer, data_buffer = values.buffers()
-    end = values.offset + len(values) + 1
-    offsets = np.frombuffer(offsets_buffer, np.int32)[values.offset : end]
-    data = (
-        np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
-    )
+    column = binary_column(values)
+    if column is None:
+        return None
+    data, offsets = column
     if not _all_objects(data.ctypes.data, offsets):
         return None
     try:
@@ -56,66 +53,6 @@ def json_object_texts(values: pa.Array) -> pa.Array | None:
 @compiled
 def _is_digit(byte: int) -> bool:
     return _ZERO <= byte <= _NINE
-
-
-@compiled
-def _code_unit(data: int, pos: int, end: int) -> int:
-    """The UTF-16 code unit of the ``\\uXXXX`` escape at ``pos``; -1 if there is none."""
-    if pos + 6 > end or byte_at(data, pos) != _BACKSLASH or byte_at(data, pos + 1) != _LOWER_U:
-        return -1
-    code = 0
-    for k in range(pos + 2, pos + 6):
-        digit = byte_at(data, k)
-        if _is_digit(digit):
-            code = code * 16 + digit - _ZERO
-        elif 97 <= digit <= 102:  # a-f
-            code = code * 16 + digit - 87
-        elif 65 <= digit <= 70:  # A-F
-            code = code * 16 + digit - 55
-        else:
-            return -1
-    return code
-
-
-@compiled
-def _after_unicode_escape(data: int, pos: int, end: int) -> int:
-    """Past the ``\\u`` escape at ``pos``, or the surrogate pair it starts; -1 if neither."""
-    code = _code_unit(data, pos, end)
-    if code < 0xD800 or code > 0xDFFF:
-        return pos + 6 if code >= 0 else -1
-    if code > 0xDBFF:
-        return -1  # a low surrogate first: orjson refuses it
-    low = _code_unit(data, pos + 6, end)
-    return pos + 12 if 0xDC00 <= low <= 0xDFFF else -1
-
-
-@compiled
-def _after_string(data: int, pos: int, end: int) -> int:
-    """Past the closing quote of the string whose text starts at ``pos``; -1 if not sure."""
-    while pos < end:
-        pos = skip_plain_words(data, pos, end)
-        if pos >= end:
-            break
-        byte = byte_at(data, pos)
-        if byte == _QUOTE:
-            return pos + 1
-        if byte < 32:
-            return -1
-        if byte == _BACKSLASH:
-            if pos + 1 >= end:
-                return -1
-            escaped = byte_at(data, pos + 1)
-            if escaped == _LOWER_U:
-                pos = _after_unicode_escape(data, pos, end)
-                if pos < 0:
-                    return -1
-                continue
-            if escaped not in _SIMPLE_ESCAPES:
-                return -1
-            pos += 2
-            continue
-        pos += 1
-    return -1
 
 
 @compiled
@@ -181,31 +118,24 @@ def _below_largest_double(data: int, start: int, end: int) -> bool:
 
 
 @compiled
+def _four_bytes(data: int, pos: int) -> int:
+    return (
+        int(byte_at(data, pos))
+        | int(byte_at(data, pos + 1)) << 8
+        | int(byte_at(data, pos + 2)) << 16
+        | int(byte_at(data, pos + 3)) << 24
+    )
+
+
+@compiled
 def _after_literal(data: int, pos: int, end: int) -> int:
     """Past ``true``, ``false`` or ``null`` at ``pos``; -1 if it is none of them."""
-    if pos + 4 <= end:
-        if (
-            byte_at(data, pos) == _T
-            and byte_at(data, pos + 1) == _R
-            and byte_at(data, pos + 2) == _U
-            and byte_at(data, pos + 3) == _E
-        ):
-            return pos + 4
-        if (
-            byte_at(data, pos) == _N
-            and byte_at(data, pos + 1) == _U
-            and byte_at(data, pos + 2) == _L
-            and byte_at(data, pos + 3) == _L
-        ):
-            return pos + 4
-    if (
-        pos + 5 <= end
-        and byte_at(data, pos) == _F
-        and byte_at(data, pos + 1) == _A
-        and byte_at(data, pos + 2) == _L
-        and byte_at(data, pos + 3) == _S
-        and byte_at(data, pos + 4) == _E
-    ):
+    if pos + 4 > end:
+        return -1
+    four = _four_bytes(data, pos)
+    if four in (_TRUE, _NULL):
+        return pos + 4
+    if four == _FALS and pos + 5 <= end and byte_at(data, pos + 4) == _E:
         return pos + 5
     return -1
 
@@ -216,7 +146,7 @@ def _after_key(data: int, pos: int, end: int) -> int:
     pos = skip_space(data, pos, end)
     if pos >= end or byte_at(data, pos) != _QUOTE:
         return -1
-    pos = _after_string(data, pos + 1, end)
+    pos = after_string(data, pos + 1, end, True)
     if pos < 0:
         return -1
     pos = skip_space(data, pos, end)
@@ -255,7 +185,7 @@ def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
                         return False
                 continue
             if byte == _QUOTE:
-                pos = _after_string(data, pos + 1, end)
+                pos = after_string(data, pos + 1, end, True)
             elif byte == _MINUS or _is_digit(byte):
                 pos = _after_number(data, pos, end)
             else:

@@ -1,0 +1,102 @@
+"""Compiled scanning of JSON text where it lies in a buffer: whitespace and strings (executor).
+
+Shared by the column page's JSON checks and parsers (``atlasbus.json_object_column``,
+``atlasbus.flat_json_maps``). Each takes the buffer's address (``atlasbus.compiled.byte_at``)
+and positions in it, and says -1 where the text is not what it should be or where the caller
+would rather leave it to orjson.
+"""
+
+from __future__ import annotations
+
+from atlasbus.compiled import byte_at, compiled, has_byte, has_byte_below, word_at
+
+_SPACE, _TAB, _LF, _CR = 32, 9, 10, 13
+_QUOTE, _BACKSLASH, _LOWER_U, _ZERO = 34, 92, 117, 48
+_SIMPLE_ESCAPES = tuple(b'"\\/bfnrt')
+
+
+@compiled
+def skip_space(data: int, pos: int, end: int) -> int:
+    """The first position from ``pos`` that is not JSON whitespace (or ``end``)."""
+    while pos < end:
+        byte = byte_at(data, pos)
+        if byte != _SPACE and byte != _LF and byte != _CR and byte != _TAB:
+            break
+        pos += 1
+    return pos
+
+
+@compiled
+def skip_plain_words(data: int, pos: int, end: int) -> int:
+    """Past the 8-byte words from ``pos`` that hold no quote, backslash or control byte: string
+    text a word at a time, where a byte at a time cost four times as much on long values."""
+    while pos + 8 <= end:
+        word = word_at(data, pos)
+        if has_byte(word, _QUOTE) or has_byte(word, _BACKSLASH) or has_byte_below(word, _SPACE):
+            return pos
+        pos += 8
+    return pos
+
+
+@compiled
+def after_string(data: int, pos: int, end: int, escapes: bool) -> int:
+    """Past the closing quote of the string whose text starts at ``pos``.
+
+    -1 at a control byte, an escape JSON does not have, a lone surrogate escape (orjson
+    refuses it), an unclosed string, or any escape when ``escapes`` is False.
+    """
+    while pos < end:
+        pos = skip_plain_words(data, pos, end)
+        if pos >= end:
+            break
+        byte = byte_at(data, pos)
+        if byte == _QUOTE:
+            return pos + 1
+        if byte < _SPACE:
+            return -1
+        if byte == _BACKSLASH:
+            if not escapes or pos + 1 >= end:
+                return -1
+            escaped = byte_at(data, pos + 1)
+            if escaped == _LOWER_U:
+                pos = _after_unicode_escape(data, pos, end)
+                if pos < 0:
+                    return -1
+                continue
+            if escaped not in _SIMPLE_ESCAPES:
+                return -1
+            pos += 2
+            continue
+        pos += 1
+    return -1
+
+
+@compiled
+def _code_unit(data: int, pos: int, end: int) -> int:
+    """The UTF-16 code unit of the ``\\uXXXX`` escape at ``pos``; -1 if there is none."""
+    if pos + 6 > end or byte_at(data, pos) != _BACKSLASH or byte_at(data, pos + 1) != _LOWER_U:
+        return -1
+    code = 0
+    for k in range(pos + 2, pos + 6):
+        digit = byte_at(data, k)
+        if _ZERO <= digit <= _ZERO + 9:
+            code = code * 16 + digit - _ZERO
+        elif 97 <= digit <= 102:  # a-f
+            code = code * 16 + digit - 87
+        elif 65 <= digit <= 70:  # A-F
+            code = code * 16 + digit - 55
+        else:
+            return -1
+    return code
+
+
+@compiled
+def _after_unicode_escape(data: int, pos: int, end: int) -> int:
+    """Past the ``\\u`` escape at ``pos``, or the surrogate pair it starts; -1 if neither."""
+    code = _code_unit(data, pos, end)
+    if code < 0xD800 or code > 0xDFFF:
+        return pos + 6 if code >= 0 else -1
+    if code > 0xDBFF:
+        return -1  # a low surrogate first: orjson refuses it
+    low = _code_unit(data, pos + 6, end)
+    return pos + 12 if 0xDC00 <= low <= 0xDFFF else -1
