@@ -26,7 +26,8 @@ Both JVMs stay up for the whole run and the contenders take turns, so each round
 same machine; round 0 warms both up and is not counted. Every run must read exactly --rows
 rows. Reports rows/s end to end (start() to the end) and per batch (rows over the batch's
 addBatch time), best of --repeat rounds, the ratios per round, and CPU seconds. Writes
-benchmarks/results/peer.json and peer.png (spark-redis's own log: peer-spark-redis.log).
+benchmarks/results/peer.json and peer.png (peer-5M.json and peer-5M.png for --rows 5000000;
+spark-redis's own log: peer-spark-redis.log).
 """
 
 from __future__ import annotations
@@ -57,7 +58,16 @@ from bench_source import (
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
-CHART = RESULTS.with_suffix(".png")
+
+
+def results_file(rows: int) -> Path:
+    """peer.json for the issue's 1M entries; peer-5M.json and the like for other lengths."""
+    if rows == 1_000_000:
+        return RESULTS
+    size = f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else str(rows)
+    return RESULTS.with_name(f"peer-{size}.json")
+
+
 PEER_VENV = HERE / ".peer-venv"
 PEER_PYSPARK = "pyspark>=3.5,<3.6"
 PEER_PACKAGE = "com.redislabs:spark-redis_2.12:3.0.0"  # peer_spark_redis.py's default
@@ -149,7 +159,7 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return min(measured, key=lambda r: r["seconds"])
 
 
-def chart(rows_per_s: dict[str, tuple[float, float]], path: Path) -> None:
+def chart(rows_per_s: dict[str, tuple[float, float]], path: Path, rows: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,7 +177,7 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path) -> None:
         axis.text(b, p - 0.2, f" {b:,.0f}k", va="center", fontsize=8)
     axis.set_yticks(list(positions), labels, fontsize=8)
     axis.invert_yaxis()
-    axis.set_xlabel("thousand rows/s, 1M entries -> noop, local[2], availableNow (best run)")
+    axis.set_xlabel(f"thousand rows/s, {rows:,} entries -> noop, local[2], availableNow (best run)")
     axis.set_title("atlasbus and spark-redis: same stream, same Redis, same run", fontsize=10)
     axis.set_xlim(0, max(in_batch + end_to_end) * 1.15)
     axis.legend(loc="center right", fontsize=8)
@@ -183,9 +193,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")
     args = parser.parse_args()
+    results = results_file(args.rows)
     if args.redraw:
-        saved = json.loads(RESULTS.read_text())["rates"]
-        chart({k: (v["end_to_end"], v["per_batch"]) for k, v in saved.items()}, CHART)
+        saved = json.loads(results.read_text())["rates"]
+        rates = {k: (v["end_to_end"], v["per_batch"]) for k, v in saved.items()}
+        chart(rates, results.with_suffix(".png"), args.rows)
         return
     os.environ["PYSPARK_PYTHON"] = sys.executable
     peer_python()
@@ -283,10 +295,10 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python benchmarks/bench_peer.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    chart(rates, CHART)
-    print(f"results in {RESULTS}, chart in {CHART}")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(report, indent=2) + "\n")
+    chart(rates, results.with_suffix(".png"), args.rows)
+    print(f"results in {results}, chart in {results.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
