@@ -52,20 +52,13 @@ from bench_source import (
     SparkCpu,
     prebuilt_batch,
     publish,
+    results_for,
     run_to_noop,
     spark_ceiling,
 )
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
-
-
-def results_file(rows: int) -> Path:
-    """peer.json for the issue's 1M entries; peer-5M.json and the like for other lengths."""
-    if rows == 1_000_000:
-        return RESULTS
-    size = f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else str(rows)
-    return RESULTS.with_name(f"peer-{size}.json")
 
 
 PEER_VENV = HERE / ".peer-venv"
@@ -193,7 +186,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")
     args = parser.parse_args()
-    results = results_file(args.rows)
+    results = results_for(RESULTS, args.rows)
     if args.redraw:
         saved = json.loads(results.read_text())["rates"]
         rates = {k: (v["end_to_end"], v["per_batch"]) for k, v in saved.items()}

@@ -188,6 +188,14 @@ def envelope(index: int) -> dict[str, str]:
     }
 
 
+def results_for(base: Path, rows: int) -> Path:
+    """``base`` (NAME.json) for 1M entries; NAME-5M.json and the like for other lengths."""
+    if rows == 1_000_000:
+        return base
+    size = f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else str(rows)
+    return base.with_name(f"{base.stem}-{size}{base.suffix}")
+
+
 def publish(url: str, rows: int) -> float:
     import redis
 
@@ -622,15 +630,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
     }
-    results_file = (
-        RESULTS
-        if args.rows == 1_000_000
-        else RESULTS.with_name(
-            f"source-{args.rows // 1_000_000}M.json"
-            if args.rows % 1_000_000 == 0
-            else f"source-{args.rows}.json"
-        )
-    )
+    results_file = results_for(RESULTS, args.rows)
     results_file.parent.mkdir(parents=True, exist_ok=True)
     results_file.write_text(json.dumps(report, indent=2) + "\n")
     table = [
