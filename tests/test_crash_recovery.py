@@ -107,13 +107,24 @@ def _start_query(args: list[str], log: Path | None = None) -> tuple[subprocess.P
     line = process.stdout.readline()
     if "STARTED" not in line:
         process.wait(60)
-        raise AssertionError(f"the query process did not start (exit {process.returncode})")
+        raise AssertionError(
+            f"the query process did not start (exit {process.returncode}){_tail(log)}"
+        )
     return process, time.monotonic() - began
 
 
-def _kill(process: subprocess.Popen[str]) -> None:
+def _tail(log: Path | None, lines: int = 60) -> str:
+    """The end of the query process's stderr, for an assertion's message."""
+    if log is None or not log.exists():
+        return ""
+    return "; its stderr ends:\n" + "\n".join(log.read_text().splitlines()[-lines:])
+
+
+def _kill(process: subprocess.Popen[str], log: Path | None = None) -> None:
     # a query that ended by itself (a failure, a false data-loss report) is not a crash test
-    assert process.poll() is None, f"the query process had ended (exit {process.returncode})"
+    assert process.poll() is None, (
+        f"the query process had ended (exit {process.returncode}){_tail(log)}"
+    )
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(60)
 
@@ -122,6 +133,7 @@ def _crash_and_recover(
     args: list[str],
     url: str,
     prefix: str,
+    log: Path,
     *,
     publisher: Publisher | None = None,
     kills: int = KILLS,
@@ -129,7 +141,8 @@ def _crash_and_recover(
     progressed: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Start the query ``kills`` times, SIGKILL it after ``running`` seconds (random in that
-    range) each time, then drain with availableNow; the publisher appends meanwhile.
+    range) each time, then drain with availableNow; the publisher appends meanwhile. The
+    runs' stderr is appended to ``log``.
 
     ``progressed``: called after each start, returns once the run has committed something
     (the random wait then follows), so every kill lands after real progress."""
@@ -138,18 +151,18 @@ def _crash_and_recover(
     rng = random.Random(7)
     restarts: list[float] = []
     for _ in range(kills):
-        process, took = _start_query(args)
+        process, took = _start_query(args, log)
         restarts.append(took)
         if progressed is not None:
             progressed()
         time.sleep(rng.uniform(*running))
-        _kill(process)
+        _kill(process, log)
     publisher.join(300)
     assert publisher.error is None, publisher.error
     assert not publisher.is_alive()
-    process, took = _start_query([*args, "--available-now"])
+    process, took = _start_query([*args, "--available-now"], log)
     restarts.append(took)
-    assert process.wait(600) == 0
+    assert process.wait(600) == 0, f"the draining run failed{_tail(log)}"
     return {
         "published": publisher.correlation_ids,
         "restart_seconds": restarts,
@@ -181,7 +194,7 @@ def test_exactly_once_across_driver_kills_while_publishers_append(
     out = str(tmp_path / "out")
     args = ["--url", redis_url, "--prefix", prefix, "--checkpoint", str(tmp_path / "ck")]
     args += ["--sink", sink, "--out", out]
-    run = _crash_and_recover(args, redis_url, prefix)
+    run = _crash_and_recover(args, redis_url, prefix, tmp_path / "query.log")
     if sink == "atlasbus":
         entries = r.xrange(f"{prefix}:target")
         written = [fields[b"correlation_id"].decode() for _, fields in entries]

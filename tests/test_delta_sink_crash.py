@@ -53,6 +53,7 @@ def test_delta_sink_exactly_once_across_three_driver_kills(
         args,
         redis_url,
         prefix,
+        tmp_path / "query.log",
         publisher=publisher,
         kills=KILLS,
         running=(0.0, 1.5),

@@ -190,7 +190,7 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
             )
             time.sleep(0.5 * kill)  # kills at different points of a micro-batch
             while_publishing += publisher.is_alive()
-            _kill(process)
+            _kill(process, log)
             if kill == 1:
                 backlog.run()
         publisher.join(300)
@@ -219,7 +219,7 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
             process,
             log,
         )
-        _kill(process)
+        _kill(process, log)
         bus.stop.set()
         bus.join(60)
     finally:

@@ -76,7 +76,8 @@ def test_a_failed_batch_write_deletes_the_markers_of_the_tasks_that_finished(
                 if part == 0:
                     payloads = [json.dumps({"n": n}) for n in range(3)]
                 else:
-                    with redis_client.Redis.from_url(redis_url) as client:
+                    # no socket timeout: redis-py's default (5 s) would cut the 120 s wait short
+                    with redis_client.Redis.from_url(redis_url, socket_timeout=None) as client:
                         client.blpop([release], timeout=120)
                     payloads = [
                         '"not an object"' if n == BAD_ROW else json.dumps({"n": 100 + n})
