@@ -28,6 +28,10 @@ rows. Reports rows/s end to end (start() to the end) and per batch (rows over th
 addBatch time), best of --repeat rounds, the ratios per round, and CPU seconds. Writes
 benchmarks/results/peer.json and peer.png (peer-5M.json and peer-5M.png for --rows 5000000;
 spark-redis's own log: peer-spark-redis.log).
+
+With ``--pyspark-bytecode`` atlasbus's JVM runs from a SPARK_HOME whose pyspark.zip carries
+bytecode (pyspark_bytecode.py; the installed pyspark is not changed), which takes pyspark's
+compile out of each query's start; results go to peer-bytecode.json (peer-5M-bytecode.json).
 """
 
 from __future__ import annotations
@@ -117,6 +121,14 @@ class Peer:
         self.log.close()
 
 
+def bytecode_spark_home() -> Path:
+    """The installed pyspark's SPARK_HOME mirrored with a pyspark.zip that carries bytecode."""
+    import pyspark
+    from pyspark_bytecode import spark_home_with_bytecode
+
+    return spark_home_with_bytecode(Path(pyspark.__file__).parent, (HERE / ".cache").resolve())
+
+
 def run_atlasbus(
     spark: Any, url: str, rows: int, options: dict[str, str], meter: SparkCpu
 ) -> dict[str, Any]:
@@ -185,8 +197,15 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")
+    parser.add_argument(
+        "--pyspark-bytecode",
+        action="store_true",
+        help="run atlasbus's JVM from a SPARK_HOME whose pyspark.zip carries bytecode",
+    )
     args = parser.parse_args()
     results = results_for(RESULTS, args.rows)
+    if args.pyspark_bytecode:
+        results = results.with_name(f"{results.stem}-bytecode{results.suffix}")
     if args.redraw:
         saved = json.loads(results.read_text())["rates"]
         rates = {k: (v["end_to_end"], v["per_batch"]) for k, v in saved.items()}
@@ -206,6 +225,8 @@ def main() -> None:
         peer = Peer(server.url, args.rows, RESULTS.with_name("peer-spark-redis.log"))
         from pyspark_atlasbus.session import local_session
 
+        if args.pyspark_bytecode:  # after the peer started: its pyspark 3.5 keeps its own home
+            os.environ["SPARK_HOME"] = str(bytecode_spark_home())
         spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         redis_cpu = RedisCpu(server.url)
@@ -275,6 +296,7 @@ def main() -> None:
         "rows": args.rows,
         "stream": STREAM,
         "peer_package": PEER_PACKAGE,
+        "pyspark_bytecode": args.pyspark_bytecode,
         "rates": {
             k: {"end_to_end": round(e), "per_batch": round(b)} for k, (e, b) in rates.items()
         },
