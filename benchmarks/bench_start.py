@@ -1,0 +1,247 @@
+"""A streaming query's start, with pyspark compiled at each start and with its bytecode.
+
+    python benchmarks/bench_start.py [--rows 100000] [--repeat 8]
+
+Spark starts a fresh Python interpreter for each streaming query's source runner and puts
+``$SPARK_HOME/python/lib/pyspark.zip`` first on its path; pip's pyspark ships that zip without
+bytecode, so the runner compiles pyspark every time. ``pyspark_bytecode.py`` builds a
+SPARK_HOME that mirrors the installed one but for a pyspark.zip that carries bytecode.
+
+Two Spark sessions run side by side, each in its own process: one with the installed
+SPARK_HOME, one with the mirror. They take turns, query by query, on the same stream of
+--rows envelopes (bench_source.py's) on one private redis-server, each query into the noop
+sink with availableNow: atlasbus, and Spark alone (a Python source of pre-built batches that
+asks Redis nothing). Round 0 warms both up and is not counted. Reports, per session and query,
+the median and range of the start (start() to the first micro-batch) and of the whole query;
+writes benchmarks/results/start.json and start.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_source import (
+    STREAM_PREFIX,
+    TOPIC,
+    RedisCpu,
+    SparkCpu,
+    prebuilt_batch,
+    publish,
+    run_to_noop,
+    spark_ceiling,
+)
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results" / "start.json"
+HOMES = ("pyspark.zip as installed", "pyspark.zip with bytecode")
+QUERIES = ("atlasbus", "Spark alone")
+
+
+def child(url: str, rows: int) -> None:
+    """One session; runs the query named on each line of stdin, prints its figures as JSON."""
+    from pyspark_atlasbus.session import local_session
+
+    spark = local_session("atlasbus-bench-start", driver_memory="2g", delta=False)
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    meter = SparkCpu(jvm_pid, RedisCpu(url))
+    checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-start-"))
+    batch_file = checkpoints / "prebuilt.arrow"
+    prebuilt_batch(url, batch_file)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "atlasbus":
+            frame = (
+                spark.readStream.format("atlasbus")
+                .option("url", url)
+                .option("streamPrefix", STREAM_PREFIX)
+                .option("topics", TOPIC)
+                .load()
+            )
+            run = run_to_noop(frame, rows, checkpoints, meter)
+        else:
+            run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
+        figures = {"start_s": run.start_s, "seconds": rows / run.rows_per_s}
+        print("RESULT " + json.dumps(figures), flush=True)
+    spark.stop()
+
+
+class Session:
+    """A child process holding one Spark session, with or without the bytecode mirror."""
+
+    def __init__(self, url: str, rows: int, spark_home: Path | None, log: Path) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        if spark_home is not None:
+            env["SPARK_HOME"] = str(spark_home)
+        self.log = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--child", url, "--rows", str(rows)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+        )
+        self._expect("READY")
+
+    def _expect(self, prefix: str) -> str:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise SystemExit(f"a session's process ended; its log: {self.log.name}")
+
+    def run(self, query: str) -> dict[str, float]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(query + "\n")
+        self.process.stdin.flush()
+        figures: dict[str, float] = json.loads(self._expect("RESULT "))
+        return figures
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+        self.log.close()
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def chart(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(9, 3.5))
+    labels, medians, lows, highs = [], [], [], []
+    for query in QUERIES:
+        for home in HOMES:
+            start = report["figures"][home][query]["start_s"]
+            labels.append(f"{query}, {home}")
+            medians.append(start["median"])
+            lows.append(start["median"] - start["min"])
+            highs.append(start["max"] - start["median"])
+    positions = range(len(labels))
+    axis.barh(list(positions), medians, xerr=[lows, highs], capsize=3)
+    for p, m in zip(positions, medians, strict=True):
+        axis.text(m, p, f" {m:.2f} s", va="center", fontsize=8)
+    axis.set_yticks(list(positions), labels, fontsize=8)
+    axis.invert_yaxis()
+    axis.set_xlabel("seconds from start() to the first micro-batch (median, range)")
+    axis.set_title("A streaming query's start: pyspark compiled each time, or its bytecode")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=8)
+    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.rows)
+        return
+
+    import pyspark
+    from pyspark_bytecode import spark_home_with_bytecode
+
+    from atlasbus.sandbox.redis_server import RedisServer
+
+    mirror = spark_home_with_bytecode(Path(pyspark.__file__).parent, (HERE / ".cache").resolve())
+    os.environ.pop("SPARK_HOME", None)
+    server = RedisServer().start()
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        home: {query: [] for query in QUERIES} for home in HOMES
+    }
+    try:
+        publish(server.url, args.rows)
+        load_before = os.getloadavg()
+        logs = RESULTS.parent
+        sessions = {
+            HOMES[0]: Session(server.url, args.rows, None, logs / "start-installed.log"),
+            HOMES[1]: Session(server.url, args.rows, mirror, logs / "start-bytecode.log"),
+        }
+        for attempt in range(args.repeat + 1):  # round 0 warms both sessions up
+            order = HOMES if attempt % 2 == 0 else HOMES[::-1]
+            for query in QUERIES:
+                for home in order:
+                    figures = sessions[home].run(query)
+                    print(
+                        f"  round {attempt}, {query}, {home}: start {figures['start_s']:.2f} s, "
+                        f"query {figures['seconds']:.2f} s{' (warm-up)' if attempt == 0 else ''}",
+                        flush=True,
+                    )
+                    if attempt:
+                        runs[home][query].append(figures)
+        for session in sessions.values():
+            session.close()
+        load_after = os.getloadavg()
+    finally:
+        server.stop()
+
+    figures = {
+        home: {
+            query: {
+                key: summary([run[key] for run in runs[home][query]])
+                for key in ("start_s", "seconds")
+            }
+            for query in QUERIES
+        }
+        for home in HOMES
+    }
+    print(f"\n{'query, SPARK_HOME':<44}{'start (median, range)':>26}{'whole query':>14}")
+    for query in QUERIES:
+        for home in HOMES:
+            start = figures[home][query]["start_s"]
+            whole = figures[home][query]["seconds"]["median"]
+            span = f"{start['median']:.2f} ({start['min']:.2f}-{start['max']:.2f}) s"
+            print(f"{query + ', ' + home:<44}{span:>26}{whole:>12.2f} s")
+    saved = {
+        query: round(
+            figures[HOMES[0]][query]["start_s"]["median"]
+            - figures[HOMES[1]][query]["start_s"]["median"],
+            3,
+        )
+        for query in QUERIES
+    }
+    print(f"start saved by the bytecode (median against median): {saved}")
+    report = {
+        "benchmark": "start",
+        "rows": args.rows,
+        "rounds": args.repeat,
+        "figures": figures,
+        "start_saved_s": saved,
+        "runs": runs,
+        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python benchmarks/bench_start.py " + " ".join(sys.argv[1:]),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    chart(report, RESULTS.with_suffix(".png"))
+    print(f"results in {RESULTS}, chart in {RESULTS.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
