@@ -60,6 +60,7 @@ from bench_source import (
     run_to_noop,
     spark_ceiling,
 )
+from served_process import ServedProcess
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
@@ -85,40 +86,19 @@ class Peer:
 
     def __init__(self, url: str, rows: int, log: Path) -> None:
         host, port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-        self.log = log.open("w")
-        self.process = subprocess.Popen(
-            [
-                str(peer_python()),
-                str(HERE / "peer_spark_redis.py"),
-                *("--host", host, "--port", port, "--stream", STREAM, "--rows", str(rows)),
-                *("--checkpoints", tempfile.mkdtemp(prefix="atlasbus-bench-peer-"), "--serve"),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-        )
-        self._expect("READY")
-
-    def _expect(self, prefix: str) -> str:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise SystemExit(f"spark-redis's process ended; its log: {self.log.name}")
+        command = [
+            str(peer_python()),
+            str(HERE / "peer_spark_redis.py"),
+            *("--host", host, "--port", port, "--stream", STREAM, "--rows", str(rows)),
+            *("--checkpoints", tempfile.mkdtemp(prefix="atlasbus-bench-peer-"), "--serve"),
+        ]
+        self.served = ServedProcess(command, log, "spark-redis")
 
     def run(self, parallelism: int, batch_size: int) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"{parallelism} {batch_size}\n")
-        self.process.stdin.flush()
-        result: dict[str, Any] = json.loads(self._expect("RESULT "))
-        return result
+        return self.served.ask(f"{parallelism} {batch_size}")
 
     def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=120)
-        self.log.close()
+        self.served.close()
 
 
 def bytecode_spark_home() -> Path:

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,15 +31,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import (
-    STREAM_PREFIX,
-    TOPIC,
     RedisCpu,
     SparkCpu,
     prebuilt_batch,
     publish,
-    run_to_noop,
     spark_ceiling,
+    spark_end_to_end,
 )
+from served_process import ServedProcess
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "start.json"
@@ -61,14 +59,7 @@ def child(url: str, rows: int) -> None:
     print("READY", flush=True)
     for line in sys.stdin:
         if line.strip() == "atlasbus":
-            frame = (
-                spark.readStream.format("atlasbus")
-                .option("url", url)
-                .option("streamPrefix", STREAM_PREFIX)
-                .option("topics", TOPIC)
-                .load()
-            )
-            run = run_to_noop(frame, rows, checkpoints, meter)
+            run = spark_end_to_end(spark, url, rows, checkpoints, meter)
         else:
             run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
         figures = {"start_s": run.start_s, "seconds": rows / run.rows_per_s}
@@ -83,36 +74,14 @@ class Session:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         if spark_home is not None:
             env["SPARK_HOME"] = str(spark_home)
-        self.log = log.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, __file__, "--child", url, "--rows", str(rows)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            env=env,
-        )
-        self._expect("READY")
-
-    def _expect(self, prefix: str) -> str:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise SystemExit(f"a session's process ended; its log: {self.log.name}")
+        command = [sys.executable, __file__, "--child", url, "--rows", str(rows)]
+        self.served = ServedProcess(command, log, "a session", env)
 
     def run(self, query: str) -> dict[str, float]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(query + "\n")
-        self.process.stdin.flush()
-        figures: dict[str, float] = json.loads(self._expect("RESULT "))
-        return figures
+        return self.served.ask(query)
 
     def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=120)
-        self.log.close()
+        self.served.close()
 
 
 def summary(values: list[float]) -> dict[str, float]:
