@@ -60,6 +60,7 @@ from bench_source import (
     run_to_noop,
     spark_ceiling,
 )
+from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
 
 HERE = Path(__file__).parent
@@ -99,14 +100,6 @@ class Peer:
 
     def close(self) -> None:
         self.served.close()
-
-
-def bytecode_spark_home() -> Path:
-    """The installed pyspark's SPARK_HOME mirrored with a pyspark.zip that carries bytecode."""
-    import pyspark
-    from pyspark_bytecode import spark_home_with_bytecode
-
-    return spark_home_with_bytecode(Path(pyspark.__file__).parent, (HERE / ".cache").resolve())
 
 
 def run_atlasbus(
@@ -206,7 +199,7 @@ def main() -> None:
         from pyspark_atlasbus.session import local_session
 
         if args.pyspark_bytecode:  # after the peer started: its pyspark 3.5 keeps its own home
-            os.environ["SPARK_HOME"] = str(bytecode_spark_home())
+            os.environ["SPARK_HOME"] = str(benchmarks_spark_home_with_bytecode())
         spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
         jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         redis_cpu = RedisCpu(server.url)

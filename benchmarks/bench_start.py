@@ -38,6 +38,7 @@ from bench_source import (
     spark_ceiling,
     spark_end_to_end,
 )
+from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
 
 HERE = Path(__file__).parent
@@ -131,25 +132,21 @@ def main() -> None:
         child(args.child, args.rows)
         return
 
-    import pyspark
-    from pyspark_bytecode import spark_home_with_bytecode
-
     from atlasbus.sandbox.redis_server import RedisServer
 
-    mirror = spark_home_with_bytecode(Path(pyspark.__file__).parent, (HERE / ".cache").resolve())
+    mirror = benchmarks_spark_home_with_bytecode()
     os.environ.pop("SPARK_HOME", None)
     server = RedisServer().start()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         home: {query: [] for query in QUERIES} for home in HOMES
     }
+    sessions: dict[str, Session] = {}
     try:
         publish(server.url, args.rows)
         load_before = os.getloadavg()
         logs = RESULTS.parent
-        sessions = {
-            HOMES[0]: Session(server.url, args.rows, None, logs / "start-installed.log"),
-            HOMES[1]: Session(server.url, args.rows, mirror, logs / "start-bytecode.log"),
-        }
+        sessions[HOMES[0]] = Session(server.url, args.rows, None, logs / "start-installed.log")
+        sessions[HOMES[1]] = Session(server.url, args.rows, mirror, logs / "start-bytecode.log")
         for attempt in range(args.repeat + 1):  # round 0 warms both sessions up
             order = HOMES if attempt % 2 == 0 else HOMES[::-1]
             for query in QUERIES:
@@ -162,10 +159,10 @@ def main() -> None:
                     )
                     if attempt:
                         runs[home][query].append(figures)
-        for session in sessions.values():
-            session.close()
         load_after = os.getloadavg()
     finally:
+        for session in sessions.values():
+            session.close()
         server.stop()
 
     figures = {

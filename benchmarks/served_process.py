@@ -7,6 +7,7 @@ its own JVM warm between the runs the benchmark asks of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -27,7 +28,11 @@ class ServedProcess:
             text=True,
             env=env,
         )
-        self._expect("READY")
+        try:
+            self._expect("READY")
+        except BaseException:
+            self.close()
+            raise
 
     def _expect(self, prefix: str) -> str:
         assert self.process.stdout is not None
@@ -45,7 +50,11 @@ class ServedProcess:
         return answer
 
     def close(self) -> None:
+        """End the helper (its stdin closed ends its loop) and check it ended well."""
         assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=120)
+        with contextlib.suppress(BrokenPipeError):  # it had ended already
+            self.process.stdin.close()
+        code = self.process.wait(timeout=120)
         self.log.close()
+        if code != 0:
+            raise SystemExit(f"{self.what}'s process exited with {code}; its log: {self.log.name}")

@@ -117,7 +117,7 @@ def _tail(log: Path | None, lines: int = 60) -> str:
     """The end of the query process's stderr, for an assertion's message."""
     if log is None or not log.exists():
         return ""
-    return "; its stderr ends:\n" + "\n".join(log.read_text().splitlines()[-lines:])
+    return "; its stderr ends:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _kill(process: subprocess.Popen[str], log: Path | None = None) -> None:
