@@ -201,9 +201,8 @@ def main() -> None:
         if args.pyspark_bytecode:  # after the peer started: its pyspark 3.5 keeps its own home
             os.environ["SPARK_HOME"] = str(benchmarks_spark_home_with_bytecode())
         spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
-        jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
         redis_cpu = RedisCpu(server.url)
-        meter = SparkCpu(jvm_pid, redis_cpu)
+        meter = SparkCpu.of(spark, redis_cpu)
         checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-"))
         batch_file = checkpoints / "prebuilt.arrow"
         prebuilt_batch(server.url, batch_file)

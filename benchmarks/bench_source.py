@@ -132,6 +132,11 @@ class SparkCpu:
         self.jvm_pid = jvm_pid
         self.redis_cpu = redis_cpu
 
+    @classmethod
+    def of(cls, spark: Any, redis_cpu: RedisCpu) -> SparkCpu:
+        """The meter of ``spark``'s JVM (a local session: driver and executor in one)."""
+        return cls(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()), redis_cpu)
+
     def read(self) -> CpuSeconds:
         if not Path("/proc").is_dir():  # not Linux: no figures for Spark's processes
             return CpuSeconds(0.0, 0.0, 0.0, None)
@@ -524,10 +529,9 @@ def main() -> None:
         batch_file = checkpoints / "prebuilt.arrow"
         prebuilt_batch(url, batch_file)
 
-        jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
         load_before = os.getloadavg()
         redis_cpu = RedisCpu(url)
-        meter = SparkCpu(int(jvm_pid), redis_cpu)
+        meter = SparkCpu.of(spark, redis_cpu)
         results: dict[str, list[float]] = {
             "spark": [],
             "core": [],

@@ -52,8 +52,7 @@ def child(url: str, rows: int) -> None:
     from pyspark_atlasbus.session import local_session
 
     spark = local_session("atlasbus-bench-start", driver_memory="2g", delta=False)
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    meter = SparkCpu(jvm_pid, RedisCpu(url))
+    meter = SparkCpu.of(spark, RedisCpu(url))  # run_to_noop's; bench_start reports no CPU
     checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-start-"))
     batch_file = checkpoints / "prebuilt.arrow"
     prebuilt_batch(url, batch_file)

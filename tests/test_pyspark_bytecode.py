@@ -8,12 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyspark
-
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from pyspark_bytecode import ZIP, spark_home_with_bytecode
+from pyspark_bytecode import ZIP, installed_spark_home, spark_home_with_bytecode
 
-INSTALLED = Path(pyspark.__file__).parent
+INSTALLED = installed_spark_home()
 
 
 def test_the_mirror_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> None:
