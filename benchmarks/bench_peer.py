@@ -29,9 +29,11 @@ addBatch time), best of --repeat rounds, the ratios per round, and CPU seconds. 
 benchmarks/results/peer.json and peer.png (peer-5M.json and peer-5M.png for --rows 5000000;
 spark-redis's own log: peer-spark-redis.log).
 
-With ``--pyspark-bytecode`` atlasbus's JVM runs from a SPARK_HOME whose pyspark.zip carries
-bytecode (pyspark_bytecode.py; the installed pyspark is not changed), which takes pyspark's
-compile out of each query's start; results go to peer-bytecode.json (peer-5M-bytecode.json).
+With ``--pyspark-bytecode`` a second Spark session joins the rounds, in a process of its own
+whose JVM runs from a SPARK_HOME whose pyspark.zip carries bytecode (pyspark_bytecode.py; the
+installed pyspark is not changed): atlasbus and Spark alone run there too, so each round
+compares both SPARK_HOMEs and spark-redis on the same machine; results go to
+peer-bytecode.json (peer-5M-bytecode.json).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from bench_source import (
 )
 from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
+from session_process import SparkSessionProcess
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
@@ -123,13 +126,28 @@ def run_atlasbus(
     }
 
 
-CONTENDERS = {
+CONTENDERS: dict[str, tuple[str, Any]] = {
     "Spark alone: a Python source of pre-built batches": ("ceiling", {}),
     "atlasbus": ("atlasbus", {}),
     "atlasbus format=raw": ("atlasbus", {"format": "raw"}),
     "spark-redis, parallelism 2, batch 1000": ("peer", (2, 1000)),
     "spark-redis defaults (1, 100)": ("peer", (1, 100)),
 }
+# with --pyspark-bytecode: the same queries in the session whose SPARK_HOME has the bytecode
+BYTECODE_CONTENDERS: dict[str, tuple[str, Any]] = {
+    "Spark alone, pyspark's bytecode in SPARK_HOME": ("bytecode", "Spark alone"),
+    "atlasbus, pyspark's bytecode in SPARK_HOME": ("bytecode", "atlasbus"),
+}
+PEER_NAME = "spark-redis, parallelism 2, batch 1000"
+
+
+def paired_ratios(runs: dict[str, list[dict[str, Any]]], ours: str, theirs: str) -> list[float]:
+    """``ours``'s end-to-end rate over ``theirs``'s, round by round (the warm-up left out)."""
+    return [
+        round(t["seconds"] / o["seconds"], 3)
+        for o, t in zip(runs[ours], runs[theirs], strict=True)
+        if not o["warm_up"]
+    ]
 
 
 def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -146,7 +164,7 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path, rows: int) -> 
     labels = list(rows_per_s)
     end_to_end = [rows_per_s[k][0] / 1000 for k in labels]
     in_batch = [rows_per_s[k][1] / 1000 for k in labels]
-    figure, axis = plt.subplots(figsize=(10, 4))
+    figure, axis = plt.subplots(figsize=(10, 1.2 + 0.55 * len(labels)))
     positions = range(len(labels))
     axis.barh([p + 0.2 for p in positions], end_to_end, 0.4, label="end to end")
     axis.barh([p - 0.2 for p in positions], in_batch, 0.4, label="per batch (addBatch)")
@@ -190,7 +208,9 @@ def main() -> None:
     from atlasbus.sandbox.redis_server import RedisServer
 
     server = RedisServer().start()
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
+    contenders = {**CONTENDERS, **(BYTECODE_CONTENDERS if args.pyspark_bytecode else {})}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    bytecode_session = None
     try:
         print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
         publish(server.url, args.rows)
@@ -198,8 +218,13 @@ def main() -> None:
         peer = Peer(server.url, args.rows, RESULTS.with_name("peer-spark-redis.log"))
         from pyspark_atlasbus.session import local_session
 
-        if args.pyspark_bytecode:  # after the peer started: its pyspark 3.5 keeps its own home
-            os.environ["SPARK_HOME"] = str(benchmarks_spark_home_with_bytecode())
+        if args.pyspark_bytecode:
+            bytecode_session = SparkSessionProcess(
+                server.url,
+                args.rows,
+                benchmarks_spark_home_with_bytecode(),
+                RESULTS.with_name("peer-session-bytecode.log"),
+            )
         spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
         redis_cpu = RedisCpu(server.url)
         meter = SparkCpu.of(spark, redis_cpu)
@@ -207,7 +232,7 @@ def main() -> None:
         batch_file = checkpoints / "prebuilt.arrow"
         prebuilt_batch(server.url, batch_file)
         for attempt in range(args.repeat + 1):  # round 0 warms both JVMs and the workers up
-            for name, (who, how) in CONTENDERS.items():
+            for name, (who, how) in contenders.items():
                 redis_before = redis_cpu.read()
                 if who == "ceiling":
                     ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter)
@@ -220,6 +245,9 @@ def main() -> None:
                 elif who == "atlasbus":
                     assert isinstance(how, dict)
                     run = run_atlasbus(spark, server.url, args.rows, how, meter)
+                elif who == "bytecode":
+                    assert bytecode_session is not None
+                    run = {"rows": args.rows, **bytecode_session.run(how)}
                 else:
                     assert isinstance(how, tuple)
                     run = peer.run(*how)
@@ -238,6 +266,8 @@ def main() -> None:
         peer.close()
         load_after = os.getloadavg()
     finally:
+        if bytecode_session is not None:
+            bytecode_session.close()
         server.stop()
 
     figures = {name: best(rs) for name, rs in runs.items()}
@@ -245,17 +275,17 @@ def main() -> None:
         k: (args.rows / v["seconds"], args.rows / v["add_batch_s"]) for k, v in figures.items()
     }
     ours = rates["atlasbus"]
-    peer_name = "spark-redis, parallelism 2, batch 1000"
-    print(f"\n{'what':<44}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
+    peer_name = PEER_NAME
+    print(f"\n{'what':<52}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
     for label, (end_to_end, in_batch) in rates.items():
-        print(f"{label:<44}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
+        print(f"{label:<52}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
     print("(rows/s, best run; 'atlasbus x': atlasbus's end-to-end rate over the row's)")
-    paired = [
-        round(p["seconds"] / a["seconds"], 3)
-        for a, p in zip(runs["atlasbus"], runs[peer_name], strict=True)
-        if not a["warm_up"]
-    ]
+    paired = paired_ratios(runs, "atlasbus", peer_name)
     print(f"atlasbus / spark-redis (2, 1000) end to end, per round: {paired}")
+    bytecode_name = "atlasbus, pyspark's bytecode in SPARK_HOME"
+    paired_bytecode = paired_ratios(runs, bytecode_name, peer_name) if bytecode_name in runs else []
+    if paired_bytecode:
+        print(f"{bytecode_name} / spark-redis (2, 1000) end to end, per round: {paired_bytecode}")
     ceiling_name = "Spark alone: a Python source of pre-built batches"
     peer_vs_ceiling = [
         round(c["seconds"] / p["seconds"], 3)
@@ -275,6 +305,7 @@ def main() -> None:
         "atlasbus_over_peer_end_to_end": round(ours[0] / rates[peer_name][0], 3),
         "atlasbus_over_peer_per_batch": round(ours[1] / rates[peer_name][1], 3),
         "atlasbus_over_peer_end_to_end_per_round": paired,
+        "atlasbus_bytecode_over_peer_end_to_end_per_round": paired_bytecode,
         "peer_over_python_ceiling_end_to_end_per_round": peer_vs_ceiling,
         "runs": runs,
         "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],

@@ -24,64 +24,18 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import (
-    RedisCpu,
-    SparkCpu,
-    prebuilt_batch,
-    publish,
-    spark_ceiling,
-    spark_end_to_end,
-)
+from bench_source import publish
 from pyspark_bytecode import benchmarks_spark_home_with_bytecode
-from served_process import ServedProcess
+from session_process import QUERIES, SparkSessionProcess
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "start.json"
 HOMES = ("pyspark.zip as installed", "pyspark.zip with bytecode")
-QUERIES = ("atlasbus", "Spark alone")
-
-
-def child(url: str, rows: int) -> None:
-    """One session; runs the query named on each line of stdin, prints its figures as JSON."""
-    from pyspark_atlasbus.session import local_session
-
-    spark = local_session("atlasbus-bench-start", driver_memory="2g", delta=False)
-    meter = SparkCpu.of(spark, RedisCpu(url))  # run_to_noop's; bench_start reports no CPU
-    checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-start-"))
-    batch_file = checkpoints / "prebuilt.arrow"
-    prebuilt_batch(url, batch_file)
-    print("READY", flush=True)
-    for line in sys.stdin:
-        if line.strip() == "atlasbus":
-            run = spark_end_to_end(spark, url, rows, checkpoints, meter)
-        else:
-            run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
-        figures = {"start_s": run.start_s, "seconds": rows / run.rows_per_s}
-        print("RESULT " + json.dumps(figures), flush=True)
-    spark.stop()
-
-
-class Session:
-    """A child process holding one Spark session, with or without the bytecode mirror."""
-
-    def __init__(self, url: str, rows: int, spark_home: Path | None, log: Path) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        if spark_home is not None:
-            env["SPARK_HOME"] = str(spark_home)
-        command = [sys.executable, __file__, "--child", url, "--rows", str(rows)]
-        self.served = ServedProcess(command, log, "a session", env)
-
-    def run(self, query: str) -> dict[str, float]:
-        return self.served.ask(query)
-
-    def close(self) -> None:
-        self.served.close()
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -125,32 +79,32 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=8)
-    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.rows)
-        return
 
     from atlasbus.sandbox.redis_server import RedisServer
 
     mirror = benchmarks_spark_home_with_bytecode()
-    os.environ.pop("SPARK_HOME", None)
     server = RedisServer().start()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         home: {query: [] for query in QUERIES} for home in HOMES
     }
-    sessions: dict[str, Session] = {}
+    sessions: dict[str, SparkSessionProcess] = {}
     try:
         publish(server.url, args.rows)
         load_before = os.getloadavg()
         logs = RESULTS.parent
-        sessions[HOMES[0]] = Session(server.url, args.rows, None, logs / "start-installed.log")
-        sessions[HOMES[1]] = Session(server.url, args.rows, mirror, logs / "start-bytecode.log")
+        sessions[HOMES[0]] = SparkSessionProcess(
+            server.url, args.rows, None, logs / "start-installed.log"
+        )
+        sessions[HOMES[1]] = SparkSessionProcess(
+            server.url, args.rows, mirror, logs / "start-bytecode.log"
+        )
         for attempt in range(args.repeat + 1):  # round 0 warms both sessions up
             order = HOMES if attempt % 2 == 0 else HOMES[::-1]
             for query in QUERIES:
                 for home in order:
-                    figures = sessions[home].run(query)
+                    run = sessions[home].run(query)
+                    figures = {"start_s": run["start_s"], "seconds": run["seconds"]}
                     print(
                         f"  round {attempt}, {query}, {home}: start {figures['start_s']:.2f} s, "
                         f"query {figures['seconds']:.2f} s{' (warm-up)' if attempt == 0 else ''}",

@@ -1,0 +1,82 @@
+"""A Spark session in a process of its own, for running queries beside the benchmark's session.
+
+    python benchmarks/session_process.py URL [--rows 100000]
+
+Started by ``SparkSessionProcess`` (bench_start, bench_peer --pyspark-bytecode), usually with
+another SPARK_HOME than the benchmark's own session: a JVM's SPARK_HOME is fixed when it
+starts. It reads query names on stdin, "atlasbus" (bench_source's spark_end_to_end on the
+stream at URL) or "Spark alone" (bench_source's ceiling: pre-built batches, no Redis), and
+answers each with its figures (served_process.py's protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_source import RedisCpu, SparkCpu, prebuilt_batch, spark_ceiling, spark_end_to_end
+from served_process import ServedProcess
+
+QUERIES = ("atlasbus", "Spark alone")
+
+
+def serve(url: str, rows: int) -> None:
+    """Runs in the child: one session, one query per line of stdin, its figures as JSON."""
+    from pyspark_atlasbus.session import local_session
+
+    spark = local_session("atlasbus-bench-session", driver_memory="2g", delta=False)
+    meter = SparkCpu.of(spark, RedisCpu(url))
+    checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-session-"))
+    batch_file = checkpoints / "prebuilt.arrow"
+    prebuilt_batch(url, batch_file)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        query = line.strip()
+        if query == "atlasbus":
+            run = spark_end_to_end(spark, url, rows, checkpoints, meter)
+        elif query == "Spark alone":
+            run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
+        else:
+            raise SystemExit(f"unknown query {query!r}: expected one of {QUERIES}")
+        figures = {
+            "start_s": run.start_s,
+            "seconds": rows / run.rows_per_s,
+            "add_batch_s": rows / run.in_batch_rows_per_s,
+            "cpu": run.cpu.as_dict(),
+        }
+        print("RESULT " + json.dumps(figures), flush=True)
+    spark.stop()
+
+
+class SparkSessionProcess:
+    """Runs on the benchmark's driver: a child process holding one Spark session, whose JVM
+    runs from ``spark_home`` (the installed pyspark's when None)."""
+
+    def __init__(self, url: str, rows: int, spark_home: Path | None, log: Path) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        env.pop("SPARK_HOME", None)
+        if spark_home is not None:
+            env["SPARK_HOME"] = str(spark_home)
+        command = [sys.executable, __file__, url, "--rows", str(rows)]
+        self.served = ServedProcess(command, log, "a Spark session", env)
+
+    def run(self, query: str) -> dict[str, Any]:
+        """One query of ``QUERIES``: start_s, seconds, add_batch_s and cpu."""
+        return self.served.ask(query)
+
+    def close(self) -> None:
+        self.served.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("url")
+    parser.add_argument("--rows", type=int, default=100_000)
+    arguments = parser.parse_args()
+    serve(arguments.url, arguments.rows)
