@@ -275,23 +275,18 @@ def main() -> None:
         k: (args.rows / v["seconds"], args.rows / v["add_batch_s"]) for k, v in figures.items()
     }
     ours = rates["atlasbus"]
-    peer_name = PEER_NAME
     print(f"\n{'what':<52}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
     for label, (end_to_end, in_batch) in rates.items():
         print(f"{label:<52}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
     print("(rows/s, best run; 'atlasbus x': atlasbus's end-to-end rate over the row's)")
-    paired = paired_ratios(runs, "atlasbus", peer_name)
+    paired = paired_ratios(runs, "atlasbus", PEER_NAME)
     print(f"atlasbus / spark-redis (2, 1000) end to end, per round: {paired}")
     bytecode_name = "atlasbus, pyspark's bytecode in SPARK_HOME"
-    paired_bytecode = paired_ratios(runs, bytecode_name, peer_name) if bytecode_name in runs else []
+    paired_bytecode = paired_ratios(runs, bytecode_name, PEER_NAME) if bytecode_name in runs else []
     if paired_bytecode:
         print(f"{bytecode_name} / spark-redis (2, 1000) end to end, per round: {paired_bytecode}")
     ceiling_name = "Spark alone: a Python source of pre-built batches"
-    peer_vs_ceiling = [
-        round(c["seconds"] / p["seconds"], 3)
-        for c, p in zip(runs[ceiling_name], runs[peer_name], strict=True)
-        if not c["warm_up"]
-    ]
+    peer_vs_ceiling = paired_ratios(runs, PEER_NAME, ceiling_name)
     print(f"spark-redis (2, 1000) / Spark alone, end to end, per round: {peer_vs_ceiling}")
     report = {
         "benchmark": "peer",
@@ -302,8 +297,8 @@ def main() -> None:
         "rates": {
             k: {"end_to_end": round(e), "per_batch": round(b)} for k, (e, b) in rates.items()
         },
-        "atlasbus_over_peer_end_to_end": round(ours[0] / rates[peer_name][0], 3),
-        "atlasbus_over_peer_per_batch": round(ours[1] / rates[peer_name][1], 3),
+        "atlasbus_over_peer_end_to_end": round(ours[0] / rates[PEER_NAME][0], 3),
+        "atlasbus_over_peer_per_batch": round(ours[1] / rates[PEER_NAME][1], 3),
         "atlasbus_over_peer_end_to_end_per_round": paired,
         "atlasbus_bytecode_over_peer_end_to_end_per_round": paired_bytecode,
         "peer_over_python_ceiling_end_to_end_per_round": peer_vs_ceiling,
