@@ -52,15 +52,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import (
     STREAM,
-    STREAM_PREFIX,
-    TOPIC,
     RedisCpu,
     SparkCpu,
     prebuilt_batch,
     publish,
     results_for,
-    run_to_noop,
     spark_ceiling,
+    spark_end_to_end,
 )
 from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
@@ -103,27 +101,6 @@ class Peer:
 
     def close(self) -> None:
         self.served.close()
-
-
-def run_atlasbus(
-    spark: Any, url: str, rows: int, options: dict[str, str], meter: SparkCpu
-) -> dict[str, Any]:
-    """atlasbus's query into noop: end to end, in-batch, CPU (bench_source's run_to_noop)."""
-    frame = (
-        spark.readStream.format("atlasbus")
-        .option("url", url)
-        .option("streamPrefix", STREAM_PREFIX)
-        .option("topics", TOPIC)
-        .options(**options)
-        .load()
-    )
-    run = run_to_noop(frame, rows, Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-")), meter)
-    return {
-        "rows": rows,  # run_to_noop checks the count
-        "seconds": rows / run.rows_per_s,
-        "add_batch_s": rows / run.in_batch_rows_per_s,
-        "cpu": run.cpu.as_dict(),
-    }
 
 
 CONTENDERS: dict[str, tuple[str, Any]] = {
@@ -235,19 +212,17 @@ def main() -> None:
             for name, (who, how) in contenders.items():
                 redis_before = redis_cpu.read()
                 if who == "ceiling":
-                    ceiling = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter)
-                    run = {
-                        "rows": args.rows,
-                        "seconds": args.rows / ceiling.rows_per_s,
-                        "add_batch_s": args.rows / ceiling.in_batch_rows_per_s,
-                        "cpu": ceiling.cpu.as_dict(),
-                    }
+                    run = spark_ceiling(spark, batch_file, args.rows, checkpoints, meter).figures(
+                        args.rows
+                    )
                 elif who == "atlasbus":
                     assert isinstance(how, dict)
-                    run = run_atlasbus(spark, server.url, args.rows, how, meter)
+                    run = spark_end_to_end(
+                        spark, server.url, args.rows, checkpoints, meter, how
+                    ).figures(args.rows)
                 elif who == "bytecode":
                     assert bytecode_session is not None
-                    run = {"rows": args.rows, **bytecode_session.run(how)}
+                    run = bytecode_session.run(how)
                 else:
                     assert isinstance(how, tuple)
                     run = peer.run(*how)

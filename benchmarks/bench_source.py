@@ -306,6 +306,16 @@ class QueryRun:
     in_batch_rows_per_s: float  # rows over the micro-batches' addBatch time
     cpu: CpuSeconds
 
+    def figures(self, rows: int) -> dict[str, Any]:
+        """As the benchmarks record a run: seconds end to end and in addBatch, start, CPU."""
+        return {
+            "rows": rows,  # run_to_noop checked the count
+            "seconds": rows / self.rows_per_s,
+            "add_batch_s": rows / self.in_batch_rows_per_s,
+            "start_s": self.start_s,
+            "cpu": self.cpu.as_dict(),
+        }
+
 
 def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meter: SparkCpu) -> QueryRun:
     """Run ``frame`` to the noop sink with availableNow; end to end, from start() to the end."""
@@ -332,13 +342,20 @@ def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meter: SparkCpu) -
 
 
 def spark_end_to_end(
-    spark: Any, url: str, rows: int, checkpoint_root: Path, meter: SparkCpu
+    spark: Any,
+    url: str,
+    rows: int,
+    checkpoint_root: Path,
+    meter: SparkCpu,
+    options: dict[str, str] | None = None,
 ) -> QueryRun:
+    """atlasbus's query on the benchmark's stream (with ``options`` on top) into noop."""
     frame = (
         spark.readStream.format("atlasbus")
         .option("url", url)
         .option("streamPrefix", STREAM_PREFIX)
         .option("topics", TOPIC)
+        .options(**(options or {}))
         .load()
     )
     return run_to_noop(frame, rows, checkpoint_root, meter)

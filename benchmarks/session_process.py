@@ -44,13 +44,7 @@ def serve(url: str, rows: int) -> None:
             run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
         else:
             raise SystemExit(f"unknown query {query!r}: expected one of {QUERIES}")
-        figures = {
-            "start_s": run.start_s,
-            "seconds": rows / run.rows_per_s,
-            "add_batch_s": rows / run.in_batch_rows_per_s,
-            "cpu": run.cpu.as_dict(),
-        }
-        print("RESULT " + json.dumps(figures), flush=True)
+        print("RESULT " + json.dumps(run.figures(rows)), flush=True)
     spark.stop()
 
 
@@ -67,7 +61,7 @@ class SparkSessionProcess:
         self.served = ServedProcess(command, log, "a Spark session", env)
 
     def run(self, query: str) -> dict[str, Any]:
-        """One query of ``QUERIES``: start_s, seconds, add_batch_s and cpu."""
+        """One query of ``QUERIES``: its ``QueryRun.figures``."""
         return self.served.ask(query)
 
     def close(self) -> None:
