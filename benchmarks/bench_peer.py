@@ -52,14 +52,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import (
     STREAM,
-    RedisCpu,
-    SparkCpu,
     prebuilt_batch,
     publish,
     results_for,
     spark_ceiling,
     spark_end_to_end,
 )
+from cpu_meter import RedisCpu, SparkCpu
 from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
 from session_process import SparkSessionProcess

@@ -48,128 +48,13 @@ from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
+
 STREAM_PREFIX = "bench"
 TOPIC = "orders"
 STREAM = f"{STREAM_PREFIX}:{TOPIC}"
 RESULTS = Path(__file__).parent / "results" / "source.json"
-
-
-# --- CPU accounting: where the cores' time goes (Linux /proc; zero or None elsewhere) -------
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat from ``state`` on: ppid [1], utime [11], stime [12],
-    cutime [13], cstime [14] (the last two: children it has reaped)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def _own_cpu(fields: list[str]) -> float:
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _reaped_cpu(fields: list[str]) -> float:
-    return (int(fields[13]) + int(fields[14])) / _TICKS
-
-
-@dataclass(frozen=True)
-class CpuSeconds:
-    readers: float  # Python processes reading Redis (for a query: pyspark's workers)
-    runner: float  # the streaming source's driver-side Python runner (queries only)
-    jvm: float
-    redis: float | None  # None when redis-server is not a process on this machine
-
-    @property
-    def total(self) -> float:
-        return self.readers + self.runner + self.jvm + (self.redis or 0.0)
-
-    def minus(self, before: CpuSeconds) -> CpuSeconds:
-        redis = None if self.redis is None or before.redis is None else self.redis - before.redis
-        return CpuSeconds(
-            self.readers - before.readers, self.runner - before.runner, self.jvm - before.jvm, redis
-        )
-
-    def as_dict(self) -> dict[str, float | None]:
-        fields = {"readers": self.readers, "runner": self.runner, "jvm": self.jvm}
-        rounded: dict[str, float | None] = {k: round(v, 2) for k, v in fields.items()}
-        rounded["redis"] = None if self.redis is None else round(self.redis, 2)
-        return rounded
-
-
-class RedisCpu:
-    """redis-server's CPU time, when the server runs on this machine."""
-
-    def __init__(self, url: str) -> None:
-        import redis
-
-        pid = int(redis.Redis.from_url(url).info("server")["process_id"])
-        try:
-            local = b"redis" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            local = False
-        self.pid = pid if local else None
-
-    def read(self) -> float | None:
-        fields = None if self.pid is None else _proc_stat(self.pid)
-        return None if fields is None else _own_cpu(fields)
-
-    def since(self, before: float | None) -> float | None:
-        now = self.read()
-        return None if now is None or before is None else now - before
-
-
-class SparkCpu:
-    """CPU time of Spark's JVM and of the Python processes it starts: the daemon and its
-    workers (the readers), and the streaming source's driver-side runner, one per query, whose
-    time the JVM collects when it ends."""
-
-    def __init__(self, jvm_pid: int, redis_cpu: RedisCpu) -> None:
-        self.jvm_pid = jvm_pid
-        self.redis_cpu = redis_cpu
-
-    @classmethod
-    def of(cls, spark: Any, redis_cpu: RedisCpu) -> SparkCpu:
-        """The meter of ``spark``'s JVM (a local session: driver and executor in one)."""
-        return cls(int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()), redis_cpu)
-
-    def read(self) -> CpuSeconds:
-        if not Path("/proc").is_dir():  # not Linux: no figures for Spark's processes
-            return CpuSeconds(0.0, 0.0, 0.0, None)
-        stats = {int(p): _proc_stat(int(p)) for p in os.listdir("/proc") if p.isdigit()}
-        children: dict[int, list[int]] = {}
-        for pid, fields in stats.items():
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append(pid)
-        jvm = stats.get(self.jvm_pid)
-        if jvm is None:
-            return CpuSeconds(0.0, 0.0, 0.0, self.redis_cpu.read())
-        readers, runner = 0.0, _reaped_cpu(jvm)
-        for child in children.get(self.jvm_pid, []):
-            spent = 0.0
-            pending = [child]
-            while pending:
-                pid = pending.pop()
-                fields = stats[pid]
-                if fields is not None:
-                    spent += _own_cpu(fields) + _reaped_cpu(fields)
-                pending.extend(children.get(pid, []))
-            if _is_daemon(child):
-                readers += spent
-            else:
-                runner += spent
-        return CpuSeconds(readers, runner, _own_cpu(jvm), self.redis_cpu.read())
-
-
-def _is_daemon(pid: int) -> bool:
-    try:
-        return b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def envelope(index: int) -> dict[str, str]:
@@ -331,7 +216,7 @@ def run_to_noop(frame: Any, rows: int, checkpoint_root: Path, meter: SparkCpu) -
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    cpu = meter.read().minus(cpu_before)
+    cpu = meter.since(cpu_before)
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     read = sum(p["numInputRows"] for p in progress)
     if read != rows:

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from cpu_meter import process_cpu
 
 # The issue names 3.1.0 (June 2022, the latest release); the Maven Central this machine reaches
 # lists 2.4.2 to 3.0.0 only (its maven-metadata.xml), so the newest it can have is the default.
@@ -44,14 +45,6 @@ FIELDS = (
     "delivery_attempts",
     "enqueued_time",
 )
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def jvm_cpu(pid: int) -> float:
-    """CPU seconds of the JVM (user + system) from /proc."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def main() -> None:
@@ -134,7 +127,7 @@ def run_once(
         .load()
     )
     checkpoint = Path(args.checkpoints) / f"peer-{uuid.uuid4().hex}"
-    cpu_before = jvm_cpu(jvm_pid)
+    cpu_before = process_cpu(jvm_pid)
     started = time.perf_counter()
     query = (
         frame.writeStream.format("noop")
@@ -144,7 +137,7 @@ def run_once(
     )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    cpu = jvm_cpu(jvm_pid) - cpu_before
+    cpu = process_cpu(jvm_pid) - cpu_before
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     batches = [
         {

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import RedisCpu, SparkCpu, prebuilt_batch, spark_ceiling, spark_end_to_end
+from bench_source import prebuilt_batch, spark_ceiling, spark_end_to_end
+from cpu_meter import RedisCpu, SparkCpu
 from served_process import ServedProcess
 
 QUERIES = ("atlasbus", "Spark alone")
