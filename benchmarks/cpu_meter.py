@@ -12,7 +12,9 @@ process by process, because a process's CPU can leave the tree between them:
   of the 2026-11-25 peer run showed -15.31 CPU-s of readers).
 * The JVM waits for the streaming source's runner (one per query), so an ended runner's time
   joins the JVM's reaped children's time, all of it, including what it spent before the
-  first reading (another round showed 0.13 CPU-s for a runner that took about 2).
+  first reading: that part is taken off. A runner reaped while a reading lists the JVM's
+  children (they end as their query does) was in neither sum: such a reading is taken again
+  (rounds showed 0.12-0.13 CPU-s for runners that took about 2).
 """
 
 from __future__ import annotations
