@@ -91,8 +91,12 @@ class RedisCpu:
         return None if fields is None else own_cpu(fields)
 
     def since(self, before: float | None) -> float | None:
-        now = self.read()
-        return None if now is None or before is None else now - before
+        return _spent(self.read(), before)
+
+
+def _spent(now: float | None, before: float | None) -> float | None:
+    """redis-server's CPU seconds between two readings; None unless both were taken."""
+    return None if now is None or before is None else now - before
 
 
 @dataclass(frozen=True)
@@ -164,8 +168,7 @@ class SparkCpu:
         live_runners = sum(cpu - before.runners.get(pid, 0.0) for pid, cpu in now.runners.items())
         counted_of_ended = sum(cpu for pid, cpu in before.runners.items() if pid not in now.runners)
         runner = live_runners + (now.jvm_reaped - before.jvm_reaped) - counted_of_ended
-        redis = None if now.redis is None or before.redis is None else now.redis - before.redis
-        return CpuSeconds(readers, runner, now.jvm - before.jvm, redis)
+        return CpuSeconds(readers, runner, now.jvm - before.jvm, _spent(now.redis, before.redis))
 
 
 def _is_daemon(pid: int) -> bool:
