@@ -47,6 +47,10 @@ LOCAL_DELTA_SETTINGS: Mapping[str, str] = {"spark.databricks.delta.snapshotParti
 on local[2] that made a read, an append and an OPTIMIZE of a 12-commit table take 25-67 s
 instead of 5.5 s (measured on this project's 2-core machines)."""
 
+WORKER_DAEMON: Mapping[str, str] = {"spark.python.daemon.module": "pyspark_atlasbus.worker_daemon"}
+"""Python workers forked with atlasbus's executor code already loaded (``worker_daemon``); a
+``spark.python.daemon.module`` in ``config`` wins."""
+
 _note: str | None = None
 
 
@@ -72,7 +76,9 @@ def local_session(
     ``-Dlog4j2.configurationFile`` in ``config``'s ``spark.driver.extraJavaOptions`` comes later
     on the command line and wins. A ``local`` master binds to 127.0.0.1 unless
     ``$SPARK_LOCAL_IP`` says otherwise: nothing outside this machine needs to reach the driver,
-    and Spark no longer warns that the hostname resolves to a loopback address.
+    and Spark no longer warns that the hostname resolves to a loopback address. Workers fork
+    from ``WORKER_DAEMON``, which loads atlasbus's executor code once per session, not once per
+    worker.
 
     ``delta``: None (default) loads the Delta Lake jars when they can be had (and
     ``$ATLASBUS_DELTA_JARS`` is not ``off``), else starts without them and prints one line
@@ -95,6 +101,7 @@ def local_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": driver_memory,
+        **WORKER_DAEMON,
         **settings,
     }
     session = None
