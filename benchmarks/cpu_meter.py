@@ -171,8 +171,13 @@ class SparkCpu:
         return CpuSeconds(readers, runner, now.jvm - before.jvm, _spent(now.redis, before.redis))
 
 
+# pyspark's own, and atlasbus's (``spark.python.daemon.module``, which local_session sets)
+DAEMON_MODULES = (b"pyspark.daemon", b"pyspark_atlasbus.worker_daemon")
+
+
 def _is_daemon(pid: int) -> bool:
     try:
-        return b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return any(module in arguments for module in DAEMON_MODULES)

@@ -1,12 +1,13 @@
 """A Spark session in a process of its own, for running queries beside the benchmark's session.
 
-    python benchmarks/session_process.py URL [--rows 100000]
+    python benchmarks/session_process.py URL [--rows 100000] [--conf KEY=VALUE ...]
 
-Started by ``SparkSessionProcess`` (bench_start, bench_peer --pyspark-bytecode), usually with
-another SPARK_HOME than the benchmark's own session: a JVM's SPARK_HOME is fixed when it
-starts. It reads query names on stdin, "atlasbus" (bench_source's spark_end_to_end on the
-stream at URL) or "Spark alone" (bench_source's ceiling: pre-built batches, no Redis), and
-answers each with its figures (served_process.py's protocol).
+Started by ``SparkSessionProcess`` (bench_start, bench_peer --pyspark-bytecode,
+bench_worker_start), usually with another SPARK_HOME or other Spark settings than the
+benchmark's own session: a JVM's SPARK_HOME and settings are fixed when it starts. It reads
+query names on stdin, "atlasbus" (bench_source's spark_end_to_end on the stream at URL) or
+"Spark alone" (bench_source's ceiling: pre-built batches, no Redis), and answers each with its
+figures (served_process.py's protocol).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,11 @@ from served_process import ServedProcess
 QUERIES = ("atlasbus", "Spark alone")
 
 
-def serve(url: str, rows: int) -> None:
+def serve(url: str, rows: int, config: dict[str, str]) -> None:
     """Runs in the child: one session, one query per line of stdin, its figures as JSON."""
     from pyspark_atlasbus.session import local_session
 
-    spark = local_session("atlasbus-bench-session", driver_memory="2g", delta=False)
+    spark = local_session("atlasbus-bench-session", driver_memory="2g", delta=False, config=config)
     meter = SparkCpu.of(spark, RedisCpu(url))
     checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-session-"))
     batch_file = checkpoints / "prebuilt.arrow"
@@ -51,14 +53,24 @@ def serve(url: str, rows: int) -> None:
 
 class SparkSessionProcess:
     """Runs on the benchmark's driver: a child process holding one Spark session, whose JVM
-    runs from ``spark_home`` (the installed pyspark's when None)."""
+    runs from ``spark_home`` (the installed pyspark's when None), with ``config``'s Spark settings
+    on top of ``local_session``'s."""
 
-    def __init__(self, url: str, rows: int, spark_home: Path | None, log: Path) -> None:
+    def __init__(
+        self,
+        url: str,
+        rows: int,
+        spark_home: Path | None,
+        log: Path,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         env.pop("SPARK_HOME", None)
         if spark_home is not None:
             env["SPARK_HOME"] = str(spark_home)
         command = [sys.executable, __file__, url, "--rows", str(rows)]
+        for key, value in (config or {}).items():
+            command += ["--conf", f"{key}={value}"]
         self.served = ServedProcess(command, log, "a Spark session", env)
 
     def run(self, query: str) -> dict[str, Any]:
@@ -73,5 +85,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("url")
     parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--conf", action="append", default=[], help="a Spark setting, KEY=VALUE")
     arguments = parser.parse_args()
-    serve(arguments.url, arguments.rows)
+    settings = dict(setting.split("=", 1) for setting in arguments.conf)
+    serve(arguments.url, arguments.rows, settings)
