@@ -11,12 +11,13 @@ source's defaults (``maxEntriesPerPartition`` 250,000, ``pageSize`` 1,000):
   read and published again.
 
 A thread samples every 50 ms the resident set (``VmRSS`` in /proc) of Spark's JVM and of each
-Python process Spark started (pyspark's daemon and its workers, the source's driver-side
-runner). Reported per phase: the JVM's peak, the largest single Python worker's peak, the
-Python processes' peak together (PSS: pages shared by forked workers counted once), and the
-worker's growth over its idle size, which is what one task holds. Flat in stream length
-means the 5M figures equal the 1M figures: a task reads its range page by page and yields
-10,000-row batches, whatever the range's length.
+Python process Spark started (the worker daemons and their workers, the source's driver-side
+runner). Reported per phase: the JVM's peak, the largest single Python worker's peak (a
+daemon is not a worker: atlasbus's holds the preloaded code its workers share), the
+daemons' peak, the Python processes' peak together (PSS: pages shared by forked workers
+counted once), and the worker's growth over its idle size, which is what one task holds.
+Flat in stream length means the 5M figures equal the 1M figures: a task reads its range page
+by page and yields 10,000-row batches, whatever the range's length.
 
 Writes benchmarks/results/memory.json and memory.png.
 """
@@ -38,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import _xadd_command
 from bench_source import envelope
+from cpu_meter import is_daemon, proc_stat
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -96,6 +98,17 @@ def python_children(jvm: int) -> list[int]:
     return result
 
 
+def spark_daemons(jvm: int, pids: list[int]) -> list[int]:
+    """The worker daemons among ``pids``: children of the JVM (their forked workers carry
+    the same command line, one level down)."""
+    return [pid for pid in pids if _parent(pid) == jvm and is_daemon(pid)]
+
+
+def _parent(pid: int) -> int | None:
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[1])
+
+
 class Sampler:
     """Peak RSS of the JVM and its Python processes, sampled on a thread while a phase runs."""
 
@@ -104,6 +117,7 @@ class Sampler:
         self.stop = threading.Event()
         self.jvm_peak = 0.0
         self.worker_peak = 0.0
+        self.daemon_peak = 0.0
         self.python_peak = 0.0
         self.python_processes = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -112,9 +126,12 @@ class Sampler:
         while not self.stop.is_set():
             self.jvm_peak = max(self.jvm_peak, rss_mb(self.jvm))
             pids = python_children(self.jvm)
-            workers = [rss_mb(pid) for pid in pids]
+            daemons = spark_daemons(self.jvm, pids)
+            workers = [rss_mb(pid) for pid in pids if pid not in daemons]
+            self.daemon_peak = max([self.daemon_peak, *map(rss_mb, daemons)])
             if workers:
                 self.worker_peak = max(self.worker_peak, max(workers))
+            if pids:
                 self.python_peak = max(self.python_peak, sum(pss_mb(pid) for pid in pids))
                 self.python_processes = max(self.python_processes, len(pids))
             self.stop.wait(0.05)
@@ -142,7 +159,9 @@ def publish_fast(url: str, stream: str, rows: int) -> None:
 
 def run_phase(spark: Any, url: str, topic: str, rows: int, sink: str) -> dict[str, Any]:
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    idle_workers = [rss_mb(pid) for pid in python_children(jvm)]
+    idle_pids = python_children(jvm)
+    daemons = spark_daemons(jvm, idle_pids)
+    idle_workers = [rss_mb(pid) for pid in idle_pids if pid not in daemons]
     jvm_before = rss_mb(jvm)
     frame = (
         spark.readStream.format("atlasbus")
@@ -182,6 +201,7 @@ def run_phase(spark: Any, url: str, topic: str, rows: int, sink: str) -> dict[st
         "worker_idle_rss_mb": round(idle),
         "worker_peak_rss_mb": round(sampler.worker_peak),
         "worker_growth_mb": round(sampler.worker_peak - idle) if idle else None,
+        "daemon_peak_rss_mb": round(sampler.daemon_peak),
         "python_peak_pss_mb": round(sampler.python_peak),
         "python_processes": sampler.python_processes,
     }

@@ -146,7 +146,7 @@ class SparkCpu:
         readers: dict[int, float] = {}
         runners: dict[int, float] = {}
         for child in children.get(self.jvm_pid, []):
-            role = readers if _is_daemon(child) else runners
+            role = readers if is_daemon(child) else runners
             pending = [child]
             while pending:
                 pid = pending.pop()
@@ -175,7 +175,8 @@ class SparkCpu:
 DAEMON_MODULES = (b"pyspark.daemon", b"pyspark_atlasbus.worker_daemon")
 
 
-def _is_daemon(pid: int) -> bool:
+def is_daemon(pid: int) -> bool:
+    """Whether ``pid`` is one of Spark's Python worker daemons (they fork the workers)."""
     try:
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
