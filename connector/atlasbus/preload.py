@@ -10,7 +10,10 @@ pays it at every trigger. A daemon that has called ``load_executor_code`` before
 
 It decodes a small page as a task would (cut into columns, and as hiredis's lists; one entry
 well formed, one not) and encodes two rows as the sink does, so that every compiled loop those
-paths call has its machine code loaded. Nothing here talks to Redis or starts a thread.
+paths call has its machine code loaded. Nothing here talks to Redis or starts a thread of its
+own; importing numpy and pyarrow starts theirs (jemalloc's background thread, and OpenBLAS's
+pool unless ``OMP_NUM_THREADS`` is 1), which both libraries reset in a forked child
+(``pthread_atfork``).
 """
 
 from __future__ import annotations
