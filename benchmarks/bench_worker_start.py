@@ -35,12 +35,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from session_process import SparkSessionProcess
 
+from pyspark_atlasbus.session import WORKER_DAEMON
+
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "worker-start.json"
 DEFAULT_ROWS = 200_000  # one task: one fresh worker a trigger
+DAEMON_SETTING = "spark.python.daemon.module"
 DAEMONS = {
     "pyspark's daemon": "pyspark.daemon",
-    "atlasbus's daemon": "pyspark_atlasbus.worker_daemon",
+    "atlasbus's daemon": WORKER_DAEMON[DAEMON_SETTING],  # what local_session sets
 }
 CASES = ("first query of a session", "at once after it", "after a minute idle")
 FIGURES = ("add_batch_s", "seconds", "workers_cpu_s")
@@ -115,7 +118,7 @@ def main() -> None:
                     args.rows,
                     None,
                     RESULTS.with_name(f"worker-start-{DAEMONS[daemon]}.log"),
-                    {"spark.python.daemon.module": DAEMONS[daemon]},
+                    {DAEMON_SETTING: DAEMONS[daemon]},
                 )
                 for daemon in order
             }

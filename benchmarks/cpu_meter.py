@@ -176,7 +176,8 @@ DAEMON_MODULES = (b"pyspark.daemon", b"pyspark_atlasbus.worker_daemon")
 
 
 def is_daemon(pid: int) -> bool:
-    """Whether ``pid`` is one of Spark's Python worker daemons (they fork the workers)."""
+    """Whether ``pid`` runs a worker daemon's command line: a daemon, or a worker it forked
+    (a fork keeps the command line); callers ask it of the JVM's children, the daemons."""
     try:
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
