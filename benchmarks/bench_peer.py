@@ -30,10 +30,11 @@ benchmarks/results/peer.json and peer.png (peer-5M.json and peer-5M.png for --ro
 spark-redis's own log: peer-spark-redis.log).
 
 With ``--pyspark-bytecode`` a second Spark session joins the rounds, in a process of its own
-whose JVM runs from a SPARK_HOME whose pyspark.zip carries bytecode (pyspark_bytecode.py; the
-installed pyspark is not changed): atlasbus and Spark alone run there too, so each round
-compares both SPARK_HOMEs and spark-redis on the same machine; results go to
-peer-bytecode.json (peer-5M-bytecode.json).
+whose JVM runs from a SPARK_HOME whose pyspark.zip carries bytecode
+(``pyspark_atlasbus.spark_home``, what ``local_session`` starts from by default; the
+benchmark's own session starts from the installed pyspark as it is): atlasbus and Spark
+alone run there too, so each round compares both SPARK_HOMEs and spark-redis on the same
+machine; results go to peer-bytecode.json (peer-5M-bytecode.json).
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ from bench_source import (
     spark_end_to_end,
 )
 from cpu_meter import RedisCpu, SparkCpu
-from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from served_process import ServedProcess
 from session_process import SparkSessionProcess
+
+from pyspark_atlasbus.cache_dir import cache_dir
+from pyspark_atlasbus.spark_home import installed_spark_home, spark_home_with_bytecode
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
@@ -198,10 +201,12 @@ def main() -> None:
             bytecode_session = SparkSessionProcess(
                 server.url,
                 args.rows,
-                benchmarks_spark_home_with_bytecode(),
+                spark_home_with_bytecode(installed_spark_home(), cache_dir()),
                 RESULTS.with_name("peer-session-bytecode.log"),
             )
-        spark = local_session("atlasbus-bench-peer", driver_memory="4g", delta=False)
+        spark = local_session(
+            "atlasbus-bench-peer", driver_memory="4g", delta=False, pyspark_bytecode=False
+        )
         redis_cpu = RedisCpu(server.url)
         meter = SparkCpu.of(spark, redis_cpu)
         checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-peer-"))

@@ -4,8 +4,9 @@
 
 Spark starts a fresh Python interpreter for each streaming query's source runner and puts
 ``$SPARK_HOME/python/lib/pyspark.zip`` first on its path; pip's pyspark ships that zip without
-bytecode, so the runner compiles pyspark every time. ``pyspark_bytecode.py`` builds a
-SPARK_HOME that mirrors the installed one but for a pyspark.zip that carries bytecode.
+bytecode, so the runner compiles pyspark every time. ``pyspark_atlasbus.spark_home`` builds a
+SPARK_HOME that mirrors the installed one but for a pyspark.zip that carries bytecode (what
+``local_session`` starts from by default).
 
 Two Spark sessions run side by side, each in its own process: one with the installed
 SPARK_HOME, one with the mirror. They take turns, query by query, on the same stream of
@@ -30,8 +31,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
-from pyspark_bytecode import benchmarks_spark_home_with_bytecode
 from session_process import QUERIES, SparkSessionProcess
+
+from pyspark_atlasbus.cache_dir import cache_dir
+from pyspark_atlasbus.spark_home import installed_spark_home, spark_home_with_bytecode
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "start.json"
@@ -83,7 +86,7 @@ def main() -> None:
 
     from atlasbus.sandbox.redis_server import RedisServer
 
-    mirror = benchmarks_spark_home_with_bytecode()
+    mirror = spark_home_with_bytecode(installed_spark_home(), cache_dir())
     server = RedisServer().start()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         home: {query: [] for query in QUERIES} for home in HOMES

@@ -33,7 +33,14 @@ def serve(url: str, rows: int, config: dict[str, str]) -> None:
     """Runs in the child: one session, one query per line of stdin, its figures as JSON."""
     from pyspark_atlasbus.session import local_session
 
-    spark = local_session("atlasbus-bench-session", driver_memory="2g", delta=False, config=config)
+    # the SPARK_HOME the parent chose (the environment's), as it is
+    spark = local_session(
+        "atlasbus-bench-session",
+        driver_memory="2g",
+        delta=False,
+        config=config,
+        pyspark_bytecode=False,
+    )
     meter = SparkCpu.of(spark, RedisCpu(url))
     checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-session-"))
     batch_file = checkpoints / "prebuilt.arrow"

@@ -1,4 +1,4 @@
-"""The ``atlasbus`` command line: ``demo``, ``status``, ``trim`` and ``dlq ...``.
+"""The ``atlasbus`` command line: ``demo``, ``status``, ``trim``, ``dlq ...`` and ``spark-home``.
 
 Each command group lives in its own module and registers its sub-parser here.
 """
@@ -14,7 +14,7 @@ from atlasbus import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     from atlasbus import dlq_cli, status_cli, trim_cli
-    from pyspark_atlasbus import demo
+    from pyspark_atlasbus import demo, spark_home
 
     parser = argparse.ArgumentParser(
         prog="atlasbus",
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq_cli.register(commands)
     status_cli.register(commands)
     trim_cli.register(commands)
+    spark_home.register(commands)
     return parser
 
 

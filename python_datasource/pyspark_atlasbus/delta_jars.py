@@ -5,7 +5,7 @@ a second, and some 20 lines of resolution report on stderr, which lands in a not
 and when Maven Central is out of reach the launcher dies after some 60 lines of Ivy errors. So
 the coordinate delta-spark's own ``configure_spark_with_delta_pip`` computes is resolved once
 in a throwaway JVM whose output is kept aside (the jars land in Ivy's cache, ``~/.ivy2.5.2``),
-the list of jar files is remembered in ``~/.cache/atlasbus/`` (``$XDG_CACHE_HOME``), and every
+the list of jar files is remembered in atlasbus's cache directory (``cache_dir``), and every
 later session is started with ``spark.jars`` set to those files: no resolver, no network, no
 output. A missing file (a cleaned Ivy cache) means resolving again.
 
@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
+
+from pyspark_atlasbus.cache_dir import cache_dir
 
 OFF_VALUES = ("0", "off", "false", "no")
 
@@ -52,8 +54,7 @@ def turned_off() -> bool:
 
 
 def cache_file(coordinate: str) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "atlasbus" / (coordinate.replace(":", "_") + ".jars")
+    return cache_dir() / (coordinate.replace(":", "_") + ".jars")
 
 
 def find_delta_jars(ivy_settings: dict[str, str] | None = None) -> DeltaJars:

@@ -17,6 +17,9 @@ fetched from Maven Central once (see ``delta_jars``: quietly, then from the disk
 cannot be had (no network on first use, no cache) one line on stderr says so, the session
 starts without them, and atlasbus reads and writes its Delta tables with delta-rs.
 ``delta_lake_note()`` returns that line (None when the jars loaded).
+
+Query starts: the JVM is started from a copy of its SPARK_HOME whose ``pyspark.zip`` carries
+bytecode (``spark_home``), so a streaming query's runner does not compile pyspark at each start.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from pyspark_atlasbus.delta_jars import find_delta_jars, turned_off
+from pyspark_atlasbus.spark_home import use_spark_home_with_bytecode
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 """Errors only from the JVM's start; ``local_session(quiet=True)`` points log4j2 at it."""
@@ -68,6 +72,7 @@ def local_session(
     log_level: str = "ERROR",
     quiet: bool = True,
     delta: bool | None = None,
+    pyspark_bytecode: bool = True,
 ) -> SparkSession:
     """Get or create a local session whose Python workers run this interpreter.
 
@@ -86,6 +91,12 @@ def local_session(
     ``spark.jars`` in ``config`` is kept, delta-spark's added. When a session already exists,
     it is returned as it is; when this process already runs a JVM (a session was stopped), the
     jars are whatever that JVM has.
+
+    ``pyspark_bytecode``: start the JVM with ``$SPARK_HOME`` pointed at a copy of the SPARK_HOME
+    it would use whose ``pyspark.zip`` carries bytecode (built once, in ``cache_dir()``; see
+    ``spark_home``): 0.5-0.9 s less at each streaming query's start. When no copy can be made,
+    one line on stderr says why and the JVM starts from the SPARK_HOME as it was. It changes
+    this process's ``$SPARK_HOME``, which processes it starts inherit.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -105,6 +116,10 @@ def local_session(
         **settings,
     }
     session = None
+    if pyspark_bytecode and SparkContext._jvm is None:
+        why_not = use_spark_home_with_bytecode()
+        if why_not is not None:
+            print(why_not, file=sys.stderr, flush=True)
     if SparkSession.getActiveSession() is None:
         jars = _delta_settings(master, base, delta)
         if jars is not None:

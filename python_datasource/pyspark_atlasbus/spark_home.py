@@ -1,0 +1,189 @@
+"""A SPARK_HOME whose ``pyspark.zip`` carries bytecode: pyspark is not compiled at every start.
+
+Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it
+starts, and pip's pyspark (like Spark's own distributions) ships that zip with sources only.
+Python caches no bytecode for modules imported from a zip, so every process that does not fork
+from a warm daemon compiles pyspark again: each streaming query's driver-side runner (0.5-0.9 s
+of every query's start on a 2-core machine, measured in docs/benchmarks.md), and each planning
+or worker process Spark starts afresh.
+
+``spark_home_with_bytecode`` builds, once, a directory of links to a SPARK_HOME whose only real
+file is a copy of ``pyspark.zip`` with a ``.pyc`` beside each ``.py``. The ``.pyc`` files are
+unchecked hash-based ones (PEP 552), so zipimport loads them whatever the clocks and time zones
+of the machines that build and use the copy (it never changes); their code names its source by
+the zip's path, as zipimport would (pyspark's worker recognises its own frames in tracebacks by
+it). Nothing installed is changed. The copy fits one ``pyspark.zip`` and one Python version
+(both in its name), so an upgrade of either builds a new one.
+
+Runs on the driver, before the JVM starts: the JVM and its Python processes take SPARK_HOME from
+the environment. ``local_session`` uses it; ``atlasbus spark-home`` prints one for a cluster's
+image or a ``spark-submit`` to export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import marshal
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from pyspark_atlasbus.cache_dir import cache_dir
+
+ZIP = Path("python", "lib", "pyspark.zip")
+UNCHECKED_HASH_BASED = 0b01  # PEP 552: a hash-based .pyc whose source is not checked
+_MARKER = "pyspark/__init__.pyc"  # a zip that has it already carries bytecode
+
+
+def installed_spark_home() -> Path:
+    """The SPARK_HOME pyspark's launcher would use: ``$SPARK_HOME``, else the package's own."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def has_bytecode(spark_home: Path) -> bool:
+    """Whether ``spark_home``'s pyspark.zip already carries bytecode (a copy made here)."""
+    with zipfile.ZipFile(spark_home / ZIP) as archive:
+        return _MARKER in archive.NameToInfo
+
+
+def spark_home_with_bytecode(spark_home: Path, cache: Path) -> Path:
+    """A directory under ``cache`` that mirrors ``spark_home`` (links) but for pyspark.zip.
+
+    Built once per zip and Python version; later calls return it at once. Building one also
+    removes the copies of SPARK_HOMEs that no longer exist. Built in a private
+    directory and renamed into place, so processes building it at the same time each see a
+    complete copy (the first rename wins, the others' copies are removed). A ``spark_home``
+    whose zip already carries bytecode is returned as it is. Raises OSError when ``cache``
+    cannot be written.
+    """
+    spark_home = spark_home.resolve()
+    if has_bytecode(spark_home):
+        return spark_home
+    digest = hashlib.sha256(str(spark_home).encode())
+    with (spark_home / ZIP).open("rb") as sources:
+        digest.update(hashlib.file_digest(sources, "sha256").digest())
+    name = f"spark-home-{digest.hexdigest()[:12]}-{importlib.util.MAGIC_NUMBER.hex()}"
+    home = cache.resolve() / name
+    if (home / ZIP).exists():
+        return home
+    cache.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f"{name}.", suffix=".partial", dir=cache))
+    try:
+        _link_all_but_the_zip(spark_home, building)
+        _copy_with_bytecode(spark_home / ZIP, building / ZIP, home / ZIP)
+        try:
+            building.rename(home)
+        except OSError:
+            if not (home / ZIP).exists():  # not another builder's finished copy: a real error
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    _remove_copies_of_removed_spark_homes(cache)
+    return home
+
+
+def _remove_copies_of_removed_spark_homes(cache: Path) -> None:
+    """Delete earlier copies whose SPARK_HOME is gone (a removed virtualenv's pyspark): each
+    holds a 10 MB zip that nothing can use any more."""
+    for copy in cache.glob("spark-home-*"):
+        jars = copy / "jars"
+        if not copy.name.endswith(".partial") and jars.is_symlink() and not jars.exists():
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+def _link_all_but_the_zip(spark_home: Path, target: Path) -> None:
+    (target / ZIP.parent).mkdir(parents=True)
+    for parent in (Path(), ZIP.parent.parent, ZIP.parent):
+        for entry in (spark_home / parent).iterdir():
+            below = parent / entry.name
+            if below not in (ZIP.parent.parent, ZIP.parent, ZIP):
+                (target / below).symlink_to(entry)
+
+
+def _copy_with_bytecode(source: Path, target: Path, final: Path) -> None:
+    """Copy the zip ``source`` to ``target``, adding each module's bytecode; ``final`` is where
+    the zip will be used from, named in the code's file names as zipimport would name them."""
+    with zipfile.ZipFile(source) as sources, zipfile.ZipFile(target, "w") as out:
+        for info in sources.infolist():
+            data = sources.read(info)
+            out.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+            if not info.filename.endswith(".py"):
+                continue
+            header = b"".join(
+                (
+                    importlib.util.MAGIC_NUMBER,
+                    UNCHECKED_HASH_BASED.to_bytes(4, "little"),
+                    importlib.util.source_hash(data),
+                )
+            )
+            code = compile(data, str(final / info.filename), "exec", dont_inherit=True)
+            compiled = zipfile.ZipInfo(info.filename + "c", info.date_time)
+            out.writestr(compiled, header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
+
+
+def use_spark_home_with_bytecode() -> str | None:
+    """Point ``$SPARK_HOME`` at the bytecode copy of the SPARK_HOME the launcher would use.
+
+    For a session about to start its JVM. Returns None, or one line saying why it could not
+    (the session then starts from the SPARK_HOME as it was, only slower to start queries).
+    """
+    try:
+        home = spark_home_with_bytecode(installed_spark_home(), cache_dir())
+    except (OSError, zipfile.BadZipFile) as exc:
+        return (
+            f"atlasbus: Spark's Python processes compile pyspark at each start: no copy of "
+            f"pyspark.zip with bytecode could be made under {cache_dir()} ({exc}); set "
+            "$ATLASBUS_CACHE_DIR to a writable directory to have one"
+        )
+    os.environ["SPARK_HOME"] = str(home)
+    return None
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``spark-home`` command to the ``atlasbus`` command line."""
+    parser = subparsers.add_parser(
+        "spark-home",
+        help="print a SPARK_HOME whose pyspark.zip carries bytecode (faster query starts)",
+        description=(
+            "Build once, and print, a directory of links to SPARK_HOME whose pyspark.zip also "
+            "carries each module's bytecode, so Spark's Python processes stop compiling "
+            "pyspark at every start. Export it: SPARK_HOME=$(atlasbus spark-home)."
+        ),
+    )
+    parser.add_argument(
+        "--spark-home",
+        type=Path,
+        help="the SPARK_HOME to mirror (default: $SPARK_HOME, else the installed pyspark's)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="where to build it (default: $ATLASBUS_CACHE_DIR, else ~/.cache/atlasbus)",
+    )
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    spark_home = args.spark_home or installed_spark_home()
+    cache = args.cache or cache_dir()
+    if not (spark_home / ZIP).is_file():
+        print(
+            f"atlasbus spark-home: error: {spark_home} has no {ZIP}: "
+            "pass --spark-home a Spark installation (or pip's pyspark package directory)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        print(spark_home_with_bytecode(spark_home, cache))
+    except OSError as exc:
+        print(f"atlasbus spark-home: error: cannot build under {cache}: {exc}", file=sys.stderr)
+        return 1
+    return 0
