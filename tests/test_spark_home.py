@@ -148,3 +148,28 @@ def test_building_a_copy_removes_copies_of_spark_homes_that_are_gone(tmp_path: P
 
     assert not stale.exists()
     assert sorted(p.name for p in cache.iterdir()) == [home.name]
+
+
+def test_under_spark_submit_the_running_jvm_s_spark_home_is_left_alone(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os\n"
+        "from pyspark_atlasbus.session import local_session\n"
+        "spark = local_session('under-spark-submit', delta=False)\n"
+        "print('SPARK_HOME', os.environ['SPARK_HOME'])\n"
+        "spark.stop()\n"
+    )
+    cache = tmp_path / "cache"
+    environment = {**os.environ, "SPARK_HOME": str(INSTALLED), "ATLASBUS_CACHE_DIR": str(cache)}
+    environment.pop("PYSPARK_GATEWAY_PORT", None)
+    done = subprocess.run(
+        [str(INSTALLED / "bin" / "spark-submit"), "--master", "local[1]", str(script)],
+        env={**environment, "PYSPARK_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"SPARK_HOME {INSTALLED}\n" in done.stdout
+    assert not cache.exists()  # nothing built for a JVM that was already running

@@ -94,7 +94,8 @@ def local_session(
 
     ``pyspark_bytecode``: start the JVM with ``$SPARK_HOME`` pointed at a copy of the SPARK_HOME
     it would use whose ``pyspark.zip`` carries bytecode (built once, in ``cache_dir()``; see
-    ``spark_home``): 0.5-0.9 s less at each streaming query's start. When no copy can be made,
+    ``spark_home``): 0.5-0.9 s less at each streaming query's start. Nothing is done when the
+    JVM already runs (an earlier session, or ``spark-submit``'s). When no copy can be made,
     one line on stderr says why and the JVM starts from the SPARK_HOME as it was. It changes
     this process's ``$SPARK_HOME``, which processes it starts inherit.
     """
@@ -116,7 +117,8 @@ def local_session(
         **settings,
     }
     session = None
-    if pyspark_bytecode and SparkContext._jvm is None:
+    # under spark-submit the JVM is already running (its port in the environment): too late
+    if pyspark_bytecode and SparkContext._jvm is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         why_not = use_spark_home_with_bytecode()
         if why_not is not None:
             print(why_not, file=sys.stderr, flush=True)
