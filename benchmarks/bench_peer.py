@@ -63,8 +63,7 @@ from cpu_meter import RedisCpu, SparkCpu
 from served_process import ServedProcess
 from session_process import SparkSessionProcess
 
-from pyspark_atlasbus.cache_dir import cache_dir
-from pyspark_atlasbus.spark_home import installed_spark_home, spark_home_with_bytecode
+from pyspark_atlasbus.spark_home import bytecode_spark_home
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "peer.json"
@@ -201,7 +200,7 @@ def main() -> None:
             bytecode_session = SparkSessionProcess(
                 server.url,
                 args.rows,
-                spark_home_with_bytecode(installed_spark_home(), cache_dir()),
+                bytecode_spark_home(),
                 RESULTS.with_name("peer-session-bytecode.log"),
             )
         spark = local_session(

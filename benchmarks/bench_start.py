@@ -33,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from session_process import QUERIES, SparkSessionProcess
 
-from pyspark_atlasbus.cache_dir import cache_dir
-from pyspark_atlasbus.spark_home import installed_spark_home, spark_home_with_bytecode
+from pyspark_atlasbus.spark_home import bytecode_spark_home
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "start.json"
@@ -86,7 +85,7 @@ def main() -> None:
 
     from atlasbus.sandbox.redis_server import RedisServer
 
-    mirror = spark_home_with_bytecode(installed_spark_home(), cache_dir())
+    mirror = bytecode_spark_home()
     server = RedisServer().start()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         home: {query: [] for query in QUERIES} for home in HOMES

@@ -175,3 +175,22 @@ def test_under_spark_submit_the_running_jvm_s_spark_home_is_left_alone(tmp_path:
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"SPARK_HOME {INSTALLED}\n" in done.stdout
     assert not cache.exists()  # nothing built for a JVM that was already running
+
+
+def test_the_command_says_when_pyspark_zip_is_damaged(tmp_path: Path) -> None:
+    damaged = tmp_path / "spark"
+    (damaged / ZIP.parent).mkdir(parents=True)
+    (damaged / ZIP).write_bytes(b"not a zip")
+    cache = tmp_path / "cache"
+    command = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
+    done = subprocess.run(
+        [*command, "--spark-home", str(damaged), "--cache", str(cache)],
+        capture_output=True,
+        text=True,
+    )
+
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"atlasbus spark-home: error: cannot build under {cache}: File is not a zip file\n"
+    )

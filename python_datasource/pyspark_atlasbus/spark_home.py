@@ -39,6 +39,7 @@ from pyspark_atlasbus.cache_dir import cache_dir
 ZIP = Path("python", "lib", "pyspark.zip")
 UNCHECKED_HASH_BASED = 0b01  # PEP 552: a hash-based .pyc whose source is not checked
 _MARKER = "pyspark/__init__.pyc"  # a zip that has it already carries bytecode
+_CANNOT_BUILD = (OSError, zipfile.BadZipFile)  # an unwritable cache, a damaged pyspark.zip
 
 
 def installed_spark_home() -> Path:
@@ -129,6 +130,11 @@ def _copy_with_bytecode(source: Path, target: Path, final: Path) -> None:
             out.writestr(compiled, header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
 
 
+def bytecode_spark_home() -> Path:
+    """The bytecode copy of the SPARK_HOME the launcher would use, in ``cache_dir()``."""
+    return spark_home_with_bytecode(installed_spark_home(), cache_dir())
+
+
 def use_spark_home_with_bytecode() -> str | None:
     """Point ``$SPARK_HOME`` at the bytecode copy of the SPARK_HOME the launcher would use.
 
@@ -136,8 +142,8 @@ def use_spark_home_with_bytecode() -> str | None:
     (the session then starts from the SPARK_HOME as it was, only slower to start queries).
     """
     try:
-        home = spark_home_with_bytecode(installed_spark_home(), cache_dir())
-    except (OSError, zipfile.BadZipFile) as exc:
+        home = bytecode_spark_home()
+    except _CANNOT_BUILD as exc:
         return (
             f"atlasbus: Spark's Python processes compile pyspark at each start: no copy of "
             f"pyspark.zip with bytecode could be made under {cache_dir()} ({exc}); set "
@@ -183,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         print(spark_home_with_bytecode(spark_home, cache))
-    except OSError as exc:
+    except _CANNOT_BUILD as exc:
         print(f"atlasbus spark-home: error: cannot build under {cache}: {exc}", file=sys.stderr)
         return 1
     return 0
