@@ -42,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
+from installed_bytecode import compile_atlasbus
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
@@ -387,6 +388,7 @@ def chart(runs: list[dict[str, Any]], floors: list[dict[str, Any]], path: Path) 
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

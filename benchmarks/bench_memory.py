@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import _xadd_command
 from bench_source import envelope
 from cpu_meter import is_daemon, proc_stat
+from installed_bytecode import compile_atlasbus
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -235,6 +236,7 @@ def chart(phases: list[dict[str, Any]], path: Path) -> None:
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

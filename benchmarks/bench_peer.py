@@ -60,6 +60,7 @@ from bench_source import (
     spark_end_to_end,
 )
 from cpu_meter import RedisCpu, SparkCpu
+from installed_bytecode import compile_atlasbus
 from served_process import ServedProcess
 from session_process import SparkSessionProcess
 
@@ -160,6 +161,7 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path, rows: int) -> 
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
+from installed_bytecode import compile_atlasbus
 
 from atlasbus.publisher import Publisher
 from atlasbus.sandbox.redis_server import RedisServer
@@ -186,6 +187,7 @@ def spark_stream(spark: Any, url: str, path: Path, exactly_once: bool, checkpoin
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2, help="runs per case; the best is kept")

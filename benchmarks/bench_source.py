@@ -50,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
+from installed_bytecode import compile_atlasbus
 
 STREAM_PREFIX = "bench"
 TOPIC = "orders"
@@ -382,6 +383,7 @@ def spark_bare_source(
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

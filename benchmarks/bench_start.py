@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
+from installed_bytecode import compile_atlasbus
 from session_process import QUERIES, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
@@ -76,6 +77,7 @@ def chart(report: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
+from installed_bytecode import compile_atlasbus
 from session_process import SparkSessionProcess
 
 from pyspark_atlasbus.session import WORKER_DAEMON
@@ -89,6 +90,7 @@ def chart(figures: dict[str, Any], path: Path, rows: int) -> None:
 
 
 def main() -> None:
+    compile_atlasbus()
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
