@@ -30,7 +30,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
@@ -465,14 +465,9 @@ def main() -> None:
         "seconds_per_rate": args.seconds,
         "runs": runs,
         "spark_floor": floors,
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python benchmarks/bench_latency.py " + " ".join(sys.argv[1:]),
     }
     results = RESULTS.with_name(f"latency-{args.label}.json") if args.label else RESULTS
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(results, report, load_before, load_after)
     chart(runs, floors, results.with_suffix(".png"))
     print(f"results in {results}, chart in {results.with_suffix('.png')}")
 

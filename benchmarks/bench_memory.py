@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from bench_latency import _xadd_command
 from bench_source import envelope
 from cpu_meter import is_daemon, proc_stat
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -292,13 +292,8 @@ def main() -> None:
         "benchmark": "memory",
         "phases": phases,
         "defaults": {"maxEntriesPerPartition": 250_000, "pageSize": 1000},
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python benchmarks/bench_memory.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(RESULTS, report, load_before, load_after)
     chart(phases, CHART)
     print(f"results in {RESULTS}, chart in {CHART}")
 

@@ -42,11 +42,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +59,7 @@ from bench_source import (
 )
 from cpu_meter import RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 from served_process import ServedProcess
 from session_process import SparkSessionProcess
 
@@ -283,13 +282,8 @@ def main() -> None:
         "atlasbus_bytecode_over_peer_end_to_end_per_round": paired_bytecode,
         "peer_over_python_ceiling_end_to_end_per_round": peer_vs_ceiling,
         "runs": runs,
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python benchmarks/bench_peer.py " + " ".join(sys.argv[1:]),
     }
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(results, report, load_before, load_after)
     chart(rates, results.with_suffix(".png"), args.rows)
     print(f"results in {results}, chart in {results.with_suffix('.png')}")
 

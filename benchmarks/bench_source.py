@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 
 STREAM_PREFIX = "bench"
 TOPIC = "orders"
@@ -522,8 +522,6 @@ def main() -> None:
         "core_cpu_vs_raw_cpu_per_run": [
             round(c.readers / r.readers, 3) for c, r in zip(cpu["core"], cpu["raw"], strict=True)
         ],
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *os.getloadavg())],
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "core_2proc_rows_per_s": round(best["core"]),
         "raw_xrange_arrow_2proc_rows_per_s": round(best["raw"]),
         "xread_count1_rows_per_s": round(single),
@@ -535,12 +533,9 @@ def main() -> None:
         "cpu_seconds_of_best_runs": {name: c.as_dict() for name, c in best_cpu.items()},
         "cpu_seconds_all_runs": {name: [c.as_dict() for c in cs] for name, cs in cpu.items()},
         "reachable_vs_raw_per_run": [round(b, 3) for b in bounds],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "command": "python benchmarks/bench_source.py " + " ".join(sys.argv[1:]),
     }
     results_file = results_for(RESULTS, args.rows)
-    results_file.parent.mkdir(parents=True, exist_ok=True)
-    results_file.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(results_file, report, load_before, os.getloadavg())
     table = [
         ("atlasbus readStream -> noop, availableNow, local[2]", best["spark"]),
         ("  of which inside the micro-batch (addBatch)", in_batch[fastest]),

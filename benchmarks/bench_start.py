@@ -20,18 +20,16 @@ writes benchmarks/results/start.json and start.png.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 from session_process import QUERIES, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
@@ -155,13 +153,8 @@ def main() -> None:
         "figures": figures,
         "start_saved_s": saved,
         "runs": runs,
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python benchmarks/bench_start.py " + " ".join(sys.argv[1:]),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(RESULTS, report, load_before, load_after)
     chart(report, RESULTS.with_suffix(".png"))
     print(f"results in {RESULTS}, chart in {RESULTS.with_suffix('.png')}")
 

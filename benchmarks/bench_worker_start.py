@@ -22,9 +22,7 @@ for other --rows).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
+from run_report import write_report
 from session_process import SparkSessionProcess
 
 from pyspark_atlasbus.session import WORKER_DAEMON
@@ -185,13 +184,8 @@ def main() -> None:
         "figures": figures,
         "batch_ratio_atlasbus_daemon_over_pysparks": ratios,
         "runs": runs,
-        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "python benchmarks/bench_worker_start.py " + " ".join(sys.argv[1:]),
     }
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(results, report, load_before, load_after)
     chart(figures, results.with_suffix(".png"), args.rows)
     print(f"results in {results}, chart in {results.with_suffix('.png')}")
 

@@ -11,7 +11,6 @@ writing them once here makes the benchmarks measure what users install.
 from __future__ import annotations
 
 import compileall
-from pathlib import Path
 
 import atlasbus
 import pyspark_atlasbus
@@ -19,5 +18,5 @@ import pyspark_atlasbus
 
 def compile_atlasbus() -> None:
     """Write the ``.pyc`` of every atlasbus module whose bytecode is missing or stale."""
-    for package in (atlasbus, pyspark_atlasbus):
-        compileall.compile_dir(Path(package.__file__).parent, quiet=1)
+    for directory in (*atlasbus.__path__, *pyspark_atlasbus.__path__):
+        compileall.compile_dir(directory, quiet=1)

@@ -1,0 +1,31 @@
+"""The JSON every benchmark writes to benchmarks/results/, with what it records of its run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def write_report(
+    path: Path, report: dict[str, Any], load_before: Sequence[float], load_after: Sequence[float]
+) -> None:
+    """Write ``report`` to ``path`` with the run's load average, machine, date and command.
+
+    The load averages are the caller's, read before its first and after its last measurement:
+    the machines are shared, and a figure is read against how busy they were.
+    """
+    report = {
+        **report,
+        "load_average_before_after": [round(x, 2) for x in (*load_before, *load_after)],
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": f"python benchmarks/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}".strip(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
