@@ -1,9 +1,11 @@
-"""The SPARK_HOME whose pyspark.zip carries bytecode (``pyspark_atlasbus.spark_home``): Python
-loads pyspark from its bytecode, everything else is the original SPARK_HOME's, concurrent
-builders agree, and the suite's own session runs every Python process from it."""
+"""The SPARK_HOME whose pyspark.zip is pyspark unzipped with its bytecode
+(``pyspark_atlasbus.spark_home``): Python loads pyspark from its bytecode, everything else is the
+original SPARK_HOME's, concurrent builders agree, and the suite's own session runs every Python
+process from it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,10 +38,11 @@ def test_the_copy_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> Non
     assert spark_home_with_bytecode(home, tmp_path / "elsewhere") == home  # no copy of a copy
 
     # as Spark starts a worker: its zips first on the path; in another time zone than the
-    # build's, which must not make the bytecode stale
-    shown = subprocess.run(
+    # build's, which must not make the bytecode stale; -v says where each module's code is from
+    done = subprocess.run(
         [
             sys.executable,
+            "-v",
             "-c",
             f"import pyspark, {RUNNER} as r; print(pyspark.__file__, r.main.__code__.co_filename)",
         ],
@@ -51,11 +54,14 @@ def test_the_copy_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> Non
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split()
-    assert shown[0] == str(home / ZIP / "pyspark" / "__init__.pyc")
-    # the code names its source as zipimport would: pyspark's worker recognises its own
-    # frames in a traceback by these paths
-    assert shown[1] == str(home / ZIP / RUNNER.replace(".", "/")) + ".py"
+    )
+    shown = done.stdout.split()
+    runner_source = home / ZIP / (RUNNER.replace(".", "/") + ".py")
+    assert shown == [str(home / ZIP / "pyspark" / "__init__.py"), str(runner_source)]
+    for source in (home / ZIP / "pyspark" / "__init__.py", runner_source):
+        assert f"# code object from '{importlib.util.cache_from_source(str(source))}'" in (
+            done.stderr
+        )
 
 
 def test_builders_at_the_same_time_agree_on_one_complete_copy(tmp_path: Path) -> None:
@@ -129,10 +135,14 @@ def test_the_suite_s_session_starts_every_python_process_with_pyspark_s_bytecode
     assert path.split(os.pathsep)[0] == str(home / ZIP)
     loaded = (
         spark.sparkContext.parallelize([0], 1)
-        .map(lambda _: __import__("pyspark").__file__)
+        .map(lambda _: (__import__("pyspark").__file__, __import__("pyspark").__cached__))
         .collect()
     )
-    assert loaded == [str(home / ZIP / "pyspark" / "__init__.pyc")]
+    source = home / ZIP / "pyspark" / "__init__.py"
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    assert loaded == [(str(source), str(cached))]
+    # PEP 552 flags: a hash-based .pyc whose source is never checked, so always used
+    assert int.from_bytes(cached.read_bytes()[4:8], "little") == 0b01
 
 
 def test_building_a_copy_removes_copies_of_spark_homes_that_are_gone(tmp_path: Path) -> None:

@@ -1,19 +1,21 @@
-"""A SPARK_HOME whose ``pyspark.zip`` carries bytecode: pyspark is not compiled at every start.
+"""A SPARK_HOME whose ``pyspark.zip`` is pyspark's modules with their bytecode, unzipped.
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it
 starts, and pip's pyspark (like Spark's own distributions) ships that zip with sources only.
 Python caches no bytecode for modules imported from a zip, so every process that does not fork
 from a warm daemon compiles pyspark again: each streaming query's driver-side runner (0.5-0.9 s
 of every query's start on a 2-core machine, measured in docs/benchmarks.md), and each planning
-or worker process Spark starts afresh.
+or worker process Spark starts afresh. And as each of them starts, pyspark calls
+``importlib.invalidate_caches()``, which makes every zip importer read the zip's whole
+directory again, in Python: 0.23 s for the installed zip in a fresh runner.
 
 ``spark_home_with_bytecode`` builds, once, a directory of links to a SPARK_HOME whose only real
-file is a copy of ``pyspark.zip`` with a ``.pyc`` beside each ``.py``. The ``.pyc`` files are
-unchecked hash-based ones (PEP 552), so zipimport loads them whatever the clocks and time zones
-of the machines that build and use the copy (it never changes); their code names its source by
-the zip's path, as zipimport would (pyspark's worker recognises its own frames in tracebacks by
-it). Nothing installed is changed. The copy fits one ``pyspark.zip`` and one Python version
-(both in its name), so an upgrade of either builds a new one.
+part is ``python/lib/pyspark.zip``: a directory (Python imports from any directory on its path,
+whatever its name) holding the zip's files and each module's bytecode in ``__pycache__``. The
+``.pyc`` files are unchecked hash-based ones (PEP 552), so they are used whatever the clocks and
+time zones of the machines that build and use the copy (it never changes). Nothing installed
+is changed. The copy fits one ``pyspark.zip`` and one Python version (both in its name), so an
+upgrade of either builds a new one.
 
 Runs on the driver, before the JVM starts: the JVM and its Python processes take SPARK_HOME from
 the environment. ``local_session`` uses it; ``atlasbus spark-home`` prints one for a cluster's
@@ -23,10 +25,11 @@ image or a ``spark-submit`` to export.
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import importlib.util
-import marshal
 import os
+import py_compile
 import shutil
 import sys
 import tempfile
@@ -37,8 +40,8 @@ from typing import Any
 from pyspark_atlasbus.cache_dir import cache_dir
 
 ZIP = Path("python", "lib", "pyspark.zip")
-UNCHECKED_HASH_BASED = 0b01  # PEP 552: a hash-based .pyc whose source is not checked
 _MARKER = "pyspark/__init__.pyc"  # a zip that has it already carries bytecode
+_LAYOUT = b"unzipped, bytecode in __pycache__"  # in the copy's name: an earlier layout's differs
 _CANNOT_BUILD = (OSError, zipfile.BadZipFile)  # an unwritable cache, a damaged pyspark.zip
 
 
@@ -50,7 +53,10 @@ def installed_spark_home() -> Path:
 
 
 def has_bytecode(spark_home: Path) -> bool:
-    """Whether ``spark_home``'s pyspark.zip already carries bytecode (a copy made here)."""
+    """Whether ``spark_home``'s pyspark.zip already carries bytecode: a copy made here (a
+    directory), or a zip that holds ``.pyc`` files."""
+    if (spark_home / ZIP).is_dir():
+        return True
     with zipfile.ZipFile(spark_home / ZIP) as archive:
         return _MARKER in archive.NameToInfo
 
@@ -68,7 +74,7 @@ def spark_home_with_bytecode(spark_home: Path, cache: Path) -> Path:
     spark_home = spark_home.resolve()
     if has_bytecode(spark_home):
         return spark_home
-    digest = hashlib.sha256(str(spark_home).encode())
+    digest = hashlib.sha256(str(spark_home).encode() + _LAYOUT)
     with (spark_home / ZIP).open("rb") as sources:
         digest.update(hashlib.file_digest(sources, "sha256").digest())
     name = f"spark-home-{digest.hexdigest()[:12]}-{importlib.util.MAGIC_NUMBER.hex()}"
@@ -79,7 +85,7 @@ def spark_home_with_bytecode(spark_home: Path, cache: Path) -> Path:
     building = Path(tempfile.mkdtemp(prefix=f"{name}.", suffix=".partial", dir=cache))
     try:
         _link_all_but_the_zip(spark_home, building)
-        _copy_with_bytecode(spark_home / ZIP, building / ZIP, home / ZIP)
+        _unzip_with_bytecode(spark_home / ZIP, building / ZIP, home / ZIP)
         try:
             building.rename(home)
         except OSError:
@@ -93,7 +99,7 @@ def spark_home_with_bytecode(spark_home: Path, cache: Path) -> Path:
 
 def _remove_copies_of_removed_spark_homes(cache: Path) -> None:
     """Delete earlier copies whose SPARK_HOME is gone (a removed virtualenv's pyspark): each
-    holds a 10 MB zip that nothing can use any more."""
+    holds pyspark's modules and bytecode (about 45 MB) that nothing can use any more."""
     for copy in cache.glob("spark-home-*"):
         jars = copy / "jars"
         if not copy.name.endswith(".partial") and jars.is_symlink() and not jars.exists():
@@ -109,25 +115,17 @@ def _link_all_but_the_zip(spark_home: Path, target: Path) -> None:
                 (target / below).symlink_to(entry)
 
 
-def _copy_with_bytecode(source: Path, target: Path, final: Path) -> None:
-    """Copy the zip ``source`` to ``target``, adding each module's bytecode; ``final`` is where
-    the zip will be used from, named in the code's file names as zipimport would name them."""
-    with zipfile.ZipFile(source) as sources, zipfile.ZipFile(target, "w") as out:
-        for info in sources.infolist():
-            data = sources.read(info)
-            out.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
-            if not info.filename.endswith(".py"):
-                continue
-            header = b"".join(
-                (
-                    importlib.util.MAGIC_NUMBER,
-                    UNCHECKED_HASH_BASED.to_bytes(4, "little"),
-                    importlib.util.source_hash(data),
-                )
-            )
-            code = compile(data, str(final / info.filename), "exec", dont_inherit=True)
-            compiled = zipfile.ZipInfo(info.filename + "c", info.date_time)
-            out.writestr(compiled, header + marshal.dumps(code), zipfile.ZIP_DEFLATED)
+def _unzip_with_bytecode(source: Path, target: Path, final: Path) -> None:
+    """Unzip ``source`` into the directory ``target`` and compile each module beside it; the
+    code names its source by ``final``, where the directory will be used from."""
+    with zipfile.ZipFile(source) as archive:
+        archive.extractall(target)
+    compileall.compile_dir(
+        target,
+        ddir=final,
+        quiet=2,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
 
 
 def bytecode_spark_home() -> Path:
@@ -159,9 +157,10 @@ def register(subparsers: Any) -> None:
         "spark-home",
         help="print a SPARK_HOME whose pyspark.zip carries bytecode (faster query starts)",
         description=(
-            "Build once, and print, a directory of links to SPARK_HOME whose pyspark.zip also "
-            "carries each module's bytecode, so Spark's Python processes stop compiling "
-            "pyspark at every start. Export it: SPARK_HOME=$(atlasbus spark-home)."
+            "Build once, and print, a directory of links to SPARK_HOME whose pyspark.zip is "
+            "pyspark's modules unzipped with their bytecode, so Spark's Python processes stop "
+            "compiling pyspark and rereading the zip at every start. Export it: "
+            "SPARK_HOME=$(atlasbus spark-home)."
         ),
     )
     parser.add_argument(
@@ -180,7 +179,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     spark_home = args.spark_home or installed_spark_home()
     cache = args.cache or cache_dir()
-    if not (spark_home / ZIP).is_file():
+    if not (spark_home / ZIP).exists():
         print(
             f"atlasbus spark-home: error: {spark_home} has no {ZIP}: "
             "pass --spark-home a Spark installation (or pip's pyspark package directory)",
