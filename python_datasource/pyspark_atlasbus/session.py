@@ -93,8 +93,9 @@ def local_session(
     jars are whatever that JVM has.
 
     ``pyspark_bytecode``: start the JVM with ``$SPARK_HOME`` pointed at a copy of the SPARK_HOME
-    it would use whose ``pyspark.zip`` carries bytecode (built once, in ``cache_dir()``; see
-    ``spark_home``): 0.5-0.9 s less at each streaming query's start. Nothing is done when the
+    it would use whose ``pyspark.zip`` is pyspark unzipped with its bytecode (built once, in
+    ``cache_dir()``; see ``spark_home``): about 1 s less at each streaming query's start on a
+    2-core machine (docs/benchmarks.md). Nothing is done when the
     JVM already runs (an earlier session, or ``spark-submit``'s). When no copy can be made,
     one line on stderr says why and the JVM starts from the SPARK_HOME as it was. It changes
     this process's ``$SPARK_HOME``, which processes it starts inherit.

@@ -7,7 +7,8 @@ from a warm daemon compiles pyspark again: each streaming query's driver-side ru
 of every query's start on a 2-core machine, measured in docs/benchmarks.md), and each planning
 or worker process Spark starts afresh. And as each of them starts, pyspark calls
 ``importlib.invalidate_caches()``, which makes every zip importer read the zip's whole
-directory again, in Python: 0.23 s for the installed zip in a fresh runner.
+directory again, in Python: 0.12-0.23 s for the installed zip in a fresh runner, twice that
+for a zip with bytecode.
 
 ``spark_home_with_bytecode`` builds, once, a directory of links to a SPARK_HOME whose only real
 part is ``python/lib/pyspark.zip``: a directory (Python imports from any directory on its path,
