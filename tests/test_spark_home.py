@@ -24,6 +24,12 @@ from pyspark_atlasbus.spark_home import (
 
 INSTALLED = Path(pyspark.__file__).parent  # pip's SPARK_HOME: the package itself
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+COMMAND = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
+
+
+def run_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``atlasbus spark-home`` with ``args``, as a user runs it: its exit status and output."""
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True)
 
 
 def test_the_copy_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> None:
@@ -65,7 +71,7 @@ def test_the_copy_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> Non
 
 
 def test_builders_at_the_same_time_agree_on_one_complete_copy(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
+    command = list(COMMAND)
     # the installed one: once the suite's session has started, $SPARK_HOME is already a copy
     command += ["--spark-home", str(INSTALLED), "--cache", str(tmp_path)]
     builders = [
@@ -84,11 +90,7 @@ def test_builders_at_the_same_time_agree_on_one_complete_copy(tmp_path: Path) ->
 
 
 def test_the_command_says_what_is_wrong_with_its_spark_home(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home", "--spark-home", str(tmp_path)],
-        capture_output=True,
-        text=True,
-    )
+    done = run_command("--spark-home", str(tmp_path))
 
     assert done.returncode == 2
     assert done.stdout == ""
@@ -192,12 +194,7 @@ def test_the_command_says_when_pyspark_zip_is_damaged(tmp_path: Path) -> None:
     (damaged / ZIP.parent).mkdir(parents=True)
     (damaged / ZIP).write_bytes(b"not a zip")
     cache = tmp_path / "cache"
-    command = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
-    done = subprocess.run(
-        [*command, "--spark-home", str(damaged), "--cache", str(cache)],
-        capture_output=True,
-        text=True,
-    )
+    done = run_command("--spark-home", str(damaged), "--cache", str(cache))
 
     assert done.returncode == 1
     assert done.stdout == ""

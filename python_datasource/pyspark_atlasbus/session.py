@@ -18,8 +18,9 @@ cannot be had (no network on first use, no cache) one line on stderr says so, th
 starts without them, and atlasbus reads and writes its Delta tables with delta-rs.
 ``delta_lake_note()`` returns that line (None when the jars loaded).
 
-Query starts: the JVM is started from a copy of its SPARK_HOME whose ``pyspark.zip`` carries
-bytecode (``spark_home``), so a streaming query's runner does not compile pyspark at each start.
+Query starts: the JVM is started from a copy of its SPARK_HOME whose ``pyspark.zip`` is pyspark
+unzipped with its bytecode (``spark_home``), so a streaming query's runner neither compiles
+pyspark nor rereads a zip at each start.
 """
 
 from __future__ import annotations
