@@ -14,6 +14,9 @@ One private redis-server, one stream of --rows envelopes (bench_source.py's), th
   documented parallelism and batch-size options at their defaults (``maxEntriesPerPartition``
   250,000: 4 tasks for 1M entries; ``pageSize`` 1,000), every entry decoded as the contract
   says; and again with ``format=raw`` (the fields as a map of strings, as spark-redis gives);
+* atlasbus tuned as spark-redis is: ``maxEntriesPerPartition`` half of --rows, one task per
+  core (bench_source's ``one_task_per_core``), as ``stream.parallelism`` 2 is one consumer
+  per core;
 * Spark alone: the same query shape fed pre-built Arrow batches of decoded envelopes by a
   Python source that asks Redis nothing (bench_source.py's ceiling): what the Python Data
   Source path itself costs;
@@ -51,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import (
     STREAM,
+    one_task_per_core,
     prebuilt_batch,
     publish,
     results_for,
@@ -61,7 +65,7 @@ from cpu_meter import RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
 from run_report import write_report
 from served_process import ServedProcess
-from session_process import SparkSessionProcess
+from session_process import ONE_TASK_PER_CORE, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
 
@@ -108,6 +112,7 @@ CONTENDERS: dict[str, tuple[str, Any]] = {
     "Spark alone: a Python source of pre-built batches": ("ceiling", {}),
     "atlasbus": ("atlasbus", {}),
     "atlasbus format=raw": ("atlasbus", {"format": "raw"}),
+    "atlasbus, one task per core": ("atlasbus", "one task per core"),
     "spark-redis, parallelism 2, batch 1000": ("peer", (2, 1000)),
     "spark-redis defaults (1, 100)": ("peer", (1, 100)),
 }
@@ -115,6 +120,10 @@ CONTENDERS: dict[str, tuple[str, Any]] = {
 BYTECODE_CONTENDERS: dict[str, tuple[str, Any]] = {
     "Spark alone, pyspark's bytecode in SPARK_HOME": ("bytecode", "Spark alone"),
     "atlasbus, pyspark's bytecode in SPARK_HOME": ("bytecode", "atlasbus"),
+    "atlasbus, one task per core, pyspark's bytecode in SPARK_HOME": (
+        "bytecode",
+        ONE_TASK_PER_CORE,
+    ),
 }
 PEER_NAME = "spark-redis, parallelism 2, batch 1000"
 
@@ -220,9 +229,9 @@ def main() -> None:
                         args.rows
                     )
                 elif who == "atlasbus":
-                    assert isinstance(how, dict)
+                    options = how if isinstance(how, dict) else one_task_per_core(args.rows)
                     run = spark_end_to_end(
-                        spark, server.url, args.rows, checkpoints, meter, how
+                        spark, server.url, args.rows, checkpoints, meter, options
                     ).figures(args.rows)
                 elif who == "bytecode":
                     assert bytecode_session is not None
@@ -254,16 +263,20 @@ def main() -> None:
         k: (args.rows / v["seconds"], args.rows / v["add_batch_s"]) for k, v in figures.items()
     }
     ours = rates["atlasbus"]
-    print(f"\n{'what':<52}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
+    print(f"\n{'what':<66}{'end to end':>12}{'per batch':>12}{'atlasbus x':>12}")
     for label, (end_to_end, in_batch) in rates.items():
-        print(f"{label:<52}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
+        print(f"{label:<66}{end_to_end:>12,.0f}{in_batch:>12,.0f}{ours[0] / end_to_end:>12.2f}")
     print("(rows/s, best run; 'atlasbus x': atlasbus's end-to-end rate over the row's)")
-    paired = paired_ratios(runs, "atlasbus", PEER_NAME)
-    print(f"atlasbus / spark-redis (2, 1000) end to end, per round: {paired}")
+    per_round = {
+        name: paired_ratios(runs, name, PEER_NAME)
+        for name in runs
+        if name.startswith("atlasbus") and "format=raw" not in name
+    }
+    for name, ratios in per_round.items():
+        print(f"{name} / spark-redis (2, 1000) end to end, per round: {ratios}")
     bytecode_name = "atlasbus, pyspark's bytecode in SPARK_HOME"
-    paired_bytecode = paired_ratios(runs, bytecode_name, PEER_NAME) if bytecode_name in runs else []
-    if paired_bytecode:
-        print(f"{bytecode_name} / spark-redis (2, 1000) end to end, per round: {paired_bytecode}")
+    paired_bytecode = per_round.get(bytecode_name, [])
+    paired = per_round["atlasbus"]
     ceiling_name = "Spark alone: a Python source of pre-built batches"
     peer_vs_ceiling = paired_ratios(runs, PEER_NAME, ceiling_name)
     print(f"spark-redis (2, 1000) / Spark alone, end to end, per round: {peer_vs_ceiling}")
@@ -280,6 +293,7 @@ def main() -> None:
         "atlasbus_over_peer_per_batch": round(ours[1] / rates[PEER_NAME][1], 3),
         "atlasbus_over_peer_end_to_end_per_round": paired,
         "atlasbus_bytecode_over_peer_end_to_end_per_round": paired_bytecode,
+        "over_peer_end_to_end_per_round": per_round,
         "peer_over_python_ceiling_end_to_end_per_round": peer_vs_ceiling,
         "runs": runs,
     }

@@ -247,6 +247,12 @@ def spark_end_to_end(
     return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
+def one_task_per_core(rows: int, cores: int = 2) -> dict[str, str]:
+    """atlasbus's options that cut ``rows`` entries into one task per core of ``local[cores]``:
+    its documented parallelism option tuned as spark-redis's ``stream.parallelism`` is."""
+    return {"maxEntriesPerPartition": str(math.ceil(rows / cores))}
+
+
 def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
     """Decode ``size`` real entries once and keep them as an Arrow IPC file for the ceiling."""
     import pyarrow as pa

@@ -5,9 +5,10 @@
 Started by ``SparkSessionProcess`` (bench_start, bench_peer --pyspark-bytecode,
 bench_worker_start), usually with another SPARK_HOME or other Spark settings than the
 benchmark's own session: a JVM's SPARK_HOME and settings are fixed when it starts. It reads
-query names on stdin, "atlasbus" (bench_source's spark_end_to_end on the stream at URL) or
-"Spark alone" (bench_source's ceiling: pre-built batches, no Redis), and answers each with its
-figures (served_process.py's protocol).
+query names on stdin, "atlasbus" (bench_source's spark_end_to_end on the stream at URL), "atlasbus,
+one task per core" (the same with bench_source's one_task_per_core) or "Spark alone"
+(bench_source's ceiling: pre-built batches, no Redis), and answers each with its figures
+(served_process.py's protocol).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import prebuilt_batch, spark_ceiling, spark_end_to_end
+from bench_source import one_task_per_core, prebuilt_batch, spark_ceiling, spark_end_to_end
 from cpu_meter import RedisCpu, SparkCpu
 from served_process import ServedProcess
 
 QUERIES = ("atlasbus", "Spark alone")
+ONE_TASK_PER_CORE = "atlasbus, one task per core"  # bench_peer's tuned atlasbus
 
 
 def serve(url: str, rows: int, config: dict[str, str]) -> None:
@@ -50,10 +52,14 @@ def serve(url: str, rows: int, config: dict[str, str]) -> None:
         query = line.strip()
         if query == "atlasbus":
             run = spark_end_to_end(spark, url, rows, checkpoints, meter)
+        elif query == ONE_TASK_PER_CORE:
+            tuned = one_task_per_core(rows)
+            run = spark_end_to_end(spark, url, rows, checkpoints, meter, tuned)
         elif query == "Spark alone":
             run = spark_ceiling(spark, batch_file, rows, checkpoints, meter)
         else:
-            raise SystemExit(f"unknown query {query!r}: expected one of {QUERIES}")
+            known = (*QUERIES, ONE_TASK_PER_CORE)
+            raise SystemExit(f"unknown query {query!r}: expected one of {known}")
         print("RESULT " + json.dumps(run.figures(rows)), flush=True)
     spark.stop()
 
@@ -81,7 +87,7 @@ class SparkSessionProcess:
         self.served = ServedProcess(command, log, "a Spark session", env)
 
     def run(self, query: str) -> dict[str, Any]:
-        """One query of ``QUERIES``: its ``QueryRun.figures``."""
+        """One query of ``QUERIES`` or ``ONE_TASK_PER_CORE``: its ``QueryRun.figures``."""
         return self.served.ask(query)
 
     def close(self) -> None:
