@@ -112,7 +112,7 @@ CONTENDERS: dict[str, tuple[str, Any]] = {
     "Spark alone: a Python source of pre-built batches": ("ceiling", {}),
     "atlasbus": ("atlasbus", {}),
     "atlasbus format=raw": ("atlasbus", {"format": "raw"}),
-    "atlasbus, one task per core": ("atlasbus", "one task per core"),
+    "atlasbus, one task per core": ("atlasbus", ONE_TASK_PER_CORE),
     "spark-redis, parallelism 2, batch 1000": ("peer", (2, 1000)),
     "spark-redis defaults (1, 100)": ("peer", (1, 100)),
 }
@@ -229,7 +229,8 @@ def main() -> None:
                         args.rows
                     )
                 elif who == "atlasbus":
-                    options = how if isinstance(how, dict) else one_task_per_core(args.rows)
+                    tuned = how == ONE_TASK_PER_CORE
+                    options = one_task_per_core(args.rows) if tuned else how
                     run = spark_end_to_end(
                         spark, server.url, args.rows, checkpoints, meter, options
                     ).figures(args.rows)
