@@ -115,6 +115,12 @@ class StartingPosition:
     offsets: Mapping[str, EntryId] = field(default_factory=dict)
     timestamp_ms: int | None = None
 
+    @property
+    def moves(self) -> bool:
+        """Whether asking again later may give a later position: ``latest`` follows the
+        streams' ends and ``group`` the consumer group, which other consumers also move."""
+        return self.kind in ("latest", "group")
+
 
 @dataclass(frozen=True)
 class SourceOptions:

@@ -53,6 +53,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._swept_at: float | None = None
         # The starting position, before any batch: never a committed one, so never trimmed to.
         self._initial: StreamOffsets | None = None
+        # Batch 0 of a start that moves (latest, group) ends where it starts: see latestOffset.
+        self._pin_first_batch = False
         # minEntriesPerTrigger: the last count, reused while neither end moved (idle polls).
         self._counted: tuple[StreamOffsets, StreamOffsets, int] | None = None
 
@@ -62,8 +64,15 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @user_facing
     def initialOffset(self) -> dict[str, object]:
-        """Where a query with no checkpoint starts (``startingOffsets``); driver."""
-        self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
+        """Where a query with no checkpoint starts (``startingOffsets``); driver.
+
+        Spark asks twice before batch 0 runs (to plan it, then to run it from): the first
+        answer is kept, since ``latest`` or ``group`` may have moved in between, and batch 0
+        run from a later start than it was planned from would skip the entries between.
+        """
+        if self._initial is None:
+            self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
+            self._pin_first_batch = self.options.starting.moves
         return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -83,6 +92,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         committed = StreamOffsets.from_dict(start, what="start offset")
+        if self._pin_first_batch and committed == self._initial:
+            # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
+            # commits runs it again from a new initialOffset (later), and only an end equal to
+            # the first start keeps the entries after that start for batch 1.
+            self._pin_first_batch = False
+            return committed.to_dict()
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
         self._after_commit(committed)

@@ -1,0 +1,147 @@
+"""A start that moves (``latest``, ``group``) skips nothing while the stream grows.
+
+Spark 4.2 asks a new query's source for its start twice before batch 0 runs (to plan batch 0,
+then to run it from), and once more when the driver restarts before batch 0 commits. Entries
+published in between must not fall between the answers. The reader-level tests call the
+stream reader in the order Spark's micro-batch execution does, with entries published
+between the calls; the Spark test replays batch 0 from its checkpoint as a driver killed
+before batch 0's commit does.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from atlasbus.source_options import parse_source_options
+from helpers import BatchCollector, payload_numbers, publish, stream_reader
+from pyspark_atlasbus.partition import read_partition
+from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
+
+
+def new_reader(redis_url: str, prefix: str, **options: str) -> AtlasbusStreamReader:
+    """The driver's reader as ``format("atlasbus")`` makes it for a streaming query."""
+    raw = {"url": redis_url, "streamPrefix": prefix, "topics": "orders", **options}
+    return AtlasbusStreamReader(parse_source_options(raw))
+
+
+def batch_numbers(reader: AtlasbusStreamReader, start: Any, end: Any) -> list[int]:
+    """The payload numbers a batch from ``start`` to ``end`` reads, as its tasks read them."""
+    numbers: list[int] = []
+    for partition in reader.partitions(start, end):
+        for batch in read_partition(partition):
+            numbers.extend(payload_numbers(batch.to_pylist()))
+    return numbers
+
+
+MOVING_STARTS = [
+    pytest.param({"startingOffsets": "latest"}, id="latest"),
+    pytest.param({"startingOffsets": "group", "group": "etl"}, id="group"),
+]
+
+
+def move_group_to_the_end(r: redis.Redis, stream: str) -> None:
+    """Another consumer of the group reads everything, as the bus's consumers do."""
+    r.xreadgroup("etl", "another-consumer", {stream: ">"})
+
+
+@pytest.mark.parametrize("options", MOVING_STARTS)
+def test_spark_asking_twice_gets_one_start_and_batch_0_ends_there(
+    r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
+) -> None:
+    stream = f"{prefix}:orders"
+    publish(r, prefix, "orders", 10)
+    if "group" in options:
+        r.xgroup_create(stream, "etl", id="$")
+    reader = new_reader(redis_url, prefix, **options)
+
+    first = reader.initialOffset()  # Spark plans batch 0 from this answer
+    publish(r, prefix, "orders", 100, start=10)  # the stream grows meanwhile
+    end_0 = reader.latestOffset(first, ReadAllAvailable())
+    if "group" in options:
+        move_group_to_the_end(r, stream)
+    publish(r, prefix, "orders", 50, start=110)
+    again = reader.initialOffset()  # and runs batch 0 from this one
+
+    assert again == first
+    assert end_0 == first  # batch 0 reads nothing
+    assert batch_numbers(reader, again, end_0) == []
+    end_1 = reader.latestOffset(end_0, ReadAllAvailable())
+    reader.commit(end_1)
+    assert batch_numbers(reader, end_0, end_1) == list(range(10, 160))
+
+
+@pytest.mark.parametrize("options", MOVING_STARTS)
+def test_a_driver_restarted_before_batch_0_commits_reads_from_the_first_start(
+    r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
+) -> None:
+    stream = f"{prefix}:orders"
+    publish(r, prefix, "orders", 10)
+    if "group" in options:
+        r.xgroup_create(stream, "etl", id="$")
+    before_crash = new_reader(redis_url, prefix, **options)
+    first = before_crash.initialOffset()
+    publish(r, prefix, "orders", 100, start=10)
+    end_0 = before_crash.latestOffset(first, ReadAllAvailable())  # in the offset log
+
+    # The driver dies before batch 0 commits; the stream grows (and the group moves on).
+    if "group" in options:
+        move_group_to_the_end(r, stream)
+    publish(r, prefix, "orders", 50, start=110)
+    restarted = new_reader(redis_url, prefix, **options)
+    replay_from = restarted.initialOffset()  # Spark runs batch 0 again from a new answer
+
+    assert batch_numbers(restarted, replay_from, end_0) == []
+    end_1 = restarted.latestOffset(end_0, ReadAllAvailable())
+    assert batch_numbers(restarted, end_0, end_1) == list(range(10, 160))
+
+
+@pytest.mark.spark
+def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:orders"
+    ids = publish(r, prefix, "orders", 100)
+    r.xgroup_create(stream, "etl", id=ids[49])  # the group has had entries 0-49
+    checkpoint = tmp_path / "ck"
+    options = {"topics": "orders", "group": "etl", "startingOffsets": "group"}
+
+    first = BatchCollector()
+    query = (
+        stream_reader(spark, redis_url, prefix, **options)
+        .writeStream.foreachBatch(first)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert payload_numbers(first.rows) == list(range(50, 100))
+
+    # What a driver killed right after planning batch 0 leaves: batch 0's offsets, no
+    # commit. The group has moved on meanwhile (this query mirrored it; others may too).
+    shutil.rmtree(checkpoint / "commits")
+    for planned in (checkpoint / "offsets").iterdir():
+        if planned.name not in ("0", ".0.crc"):
+            planned.unlink()
+    assert r.xinfo_groups(stream)[0]["last-delivered-id"].decode() == ids[-1]
+    publish(r, prefix, "orders", 10, start=100)
+
+    replayed = BatchCollector()
+    query = (
+        stream_reader(spark, redis_url, prefix, **options)
+        .writeStream.foreachBatch(replayed)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert payload_numbers(replayed.rows) == list(range(50, 110))
