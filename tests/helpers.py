@@ -84,6 +84,17 @@ def run_available_now(frame: Any, checkpoint: str, collector: BatchCollector) ->
     return query
 
 
+def run_until_idle(frame: Any, checkpoint: str, collector: BatchCollector) -> None:
+    """Run a query with the default trigger until it has read all there is, then stop it."""
+    query = (
+        frame.writeStream.foreachBatch(collector).option("checkpointLocation", checkpoint).start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 def redis_major(r: redis.Redis) -> int:
     """The server's major version: Redis 7 counts entries added and records deleted IDs."""
     return int(str(r.info("server")["redis_version"]).split(".")[0])

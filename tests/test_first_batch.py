@@ -19,7 +19,7 @@ import redis
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from atlasbus.source_options import parse_source_options
-from helpers import BatchCollector, payload_numbers, publish, stream_reader
+from helpers import BatchCollector, payload_numbers, publish, run_until_idle, stream_reader
 from pyspark_atlasbus.partition import read_partition
 from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
@@ -50,22 +50,32 @@ def move_group_to_the_end(r: redis.Redis, stream: str) -> None:
     r.xreadgroup("etl", "another-consumer", {stream: ">"})
 
 
+def ten_entries_and_a_reader(
+    r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
+) -> AtlasbusStreamReader:
+    """A stream of entries 0-9 (and the group at its end, for a ``group`` start); a reader."""
+    publish(r, prefix, "orders", 10)
+    if "group" in options:
+        r.xgroup_create(f"{prefix}:orders", "etl", id="$")
+    return new_reader(redis_url, prefix, **options)
+
+
+def move_on(r: redis.Redis, prefix: str, options: dict[str, str]) -> None:
+    """The group's other consumers read all there is (a ``group`` start); entries 110-159."""
+    if "group" in options:
+        move_group_to_the_end(r, f"{prefix}:orders")
+    publish(r, prefix, "orders", 50, start=110)
+
+
 @pytest.mark.parametrize("options", MOVING_STARTS)
 def test_spark_asking_twice_gets_one_start_and_batch_0_ends_there(
     r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
 ) -> None:
-    stream = f"{prefix}:orders"
-    publish(r, prefix, "orders", 10)
-    if "group" in options:
-        r.xgroup_create(stream, "etl", id="$")
-    reader = new_reader(redis_url, prefix, **options)
-
+    reader = ten_entries_and_a_reader(r, redis_url, prefix, options)
     first = reader.initialOffset()  # Spark plans batch 0 from this answer
     publish(r, prefix, "orders", 100, start=10)  # the stream grows meanwhile
     end_0 = reader.latestOffset(first, ReadAllAvailable())
-    if "group" in options:
-        move_group_to_the_end(r, stream)
-    publish(r, prefix, "orders", 50, start=110)
+    move_on(r, prefix, options)
     again = reader.initialOffset()  # and runs batch 0 from this one
 
     assert again == first
@@ -80,19 +90,13 @@ def test_spark_asking_twice_gets_one_start_and_batch_0_ends_there(
 def test_a_driver_restarted_before_batch_0_commits_reads_from_the_first_start(
     r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
 ) -> None:
-    stream = f"{prefix}:orders"
-    publish(r, prefix, "orders", 10)
-    if "group" in options:
-        r.xgroup_create(stream, "etl", id="$")
-    before_crash = new_reader(redis_url, prefix, **options)
+    before_crash = ten_entries_and_a_reader(r, redis_url, prefix, options)
     first = before_crash.initialOffset()
     publish(r, prefix, "orders", 100, start=10)
     end_0 = before_crash.latestOffset(first, ReadAllAvailable())  # in the offset log
 
     # The driver dies before batch 0 commits; the stream grows (and the group moves on).
-    if "group" in options:
-        move_group_to_the_end(r, stream)
-    publish(r, prefix, "orders", 50, start=110)
+    move_on(r, prefix, options)
     restarted = new_reader(redis_url, prefix, **options)
     replay_from = restarted.initialOffset()  # Spark runs batch 0 again from a new answer
 
@@ -112,16 +116,7 @@ def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing
     options = {"topics": "orders", "group": "etl", "startingOffsets": "group"}
 
     first = BatchCollector()
-    query = (
-        stream_reader(spark, redis_url, prefix, **options)
-        .writeStream.foreachBatch(first)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    run_until_idle(stream_reader(spark, redis_url, prefix, **options), str(checkpoint), first)
     assert payload_numbers(first.rows) == list(range(50, 100))
 
     # What a driver killed right after planning batch 0 leaves: batch 0's offsets, no
@@ -134,14 +129,5 @@ def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing
     publish(r, prefix, "orders", 10, start=100)
 
     replayed = BatchCollector()
-    query = (
-        stream_reader(spark, redis_url, prefix, **options)
-        .writeStream.foreachBatch(replayed)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    run_until_idle(stream_reader(spark, redis_url, prefix, **options), str(checkpoint), replayed)
     assert payload_numbers(replayed.rows) == list(range(50, 110))

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import BatchCollector, payload_numbers, publish, run_available_now, stream_reader
+from helpers import (
+    BatchCollector,
+    payload_numbers,
+    publish,
+    run_available_now,
+    run_until_idle,
+    stream_reader,
+)
 
 
 def ids_in_order(rows: list[Any]) -> list[tuple[int, int]]:
@@ -110,15 +117,7 @@ def test_max_entries_per_trigger_caps_each_batch(
     if available_now:
         run_available_now(frame, str(tmp_path), collector)
     else:
-        query = (
-            frame.writeStream.foreachBatch(collector)
-            .option("checkpointLocation", str(tmp_path))
-            .start()
-        )
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_until_idle(frame, str(tmp_path), collector)
     assert collector.sizes() == [1000] * 10
     assert len({row["id"] + row["topic"] for row in collector.rows}) == 10_000
 
