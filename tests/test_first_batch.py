@@ -105,6 +105,80 @@ def test_a_driver_restarted_before_batch_0_commits_reads_from_the_first_start(
     assert batch_numbers(restarted, end_0, end_1) == list(range(10, 160))
 
 
+def crash_after_planning_batch_0(
+    r: redis.Redis, redis_url: str, prefix: str, options: dict[str, str]
+) -> Any:
+    """A driver that planned batch 0 of entries 0-9's stream, 100 more arriving meanwhile
+    (10-109), and died before running it; returns batch 0's end, as the offset log has it."""
+    before_crash = ten_entries_and_a_reader(r, redis_url, prefix, options)
+    first = before_crash.initialOffset()
+    publish(r, prefix, "orders", 100, start=10)
+    return before_crash.latestOffset(first, ReadAllAvailable())
+
+
+def test_a_restart_whose_group_did_not_move_reads_the_backlog_in_its_first_batch(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """The restarted driver's start equals batch 0's end: its first trigger is batch 1."""
+    options = {"startingOffsets": "group", "group": "etl"}
+    end_0 = crash_after_planning_batch_0(r, redis_url, prefix, options)
+    restarted = new_reader(redis_url, prefix, **options)
+    assert restarted.initialOffset() == end_0
+    assert batch_numbers(restarted, end_0, end_0) == []  # batch 0 again
+
+    end_1 = restarted.latestOffset(end_0, ReadAllAvailable())
+    assert batch_numbers(restarted, end_0, end_1) == list(range(10, 110))
+
+
+def test_a_replay_after_the_group_was_moved_back_still_reads_nothing(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Batch 0 was planned empty; a replay from an earlier answer must not read history."""
+    options = {"startingOffsets": "group", "group": "etl"}
+    end_0 = crash_after_planning_batch_0(r, redis_url, prefix, options)
+    r.xgroup_setid(f"{prefix}:orders", "etl", id="0")  # an operator resets the group
+    restarted = new_reader(redis_url, prefix, **options)
+    replay_from = restarted.initialOffset()
+    assert replay_from != end_0
+
+    assert batch_numbers(restarted, replay_from, end_0) == []
+    end_1 = restarted.latestOffset(end_0, ReadAllAvailable())
+    assert batch_numbers(restarted, end_0, end_1) == list(range(10, 110))
+
+
+def test_trim_consumed_never_trims_to_the_start_of_a_replayed_batch_0(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Entries 0-9 lie before a ``latest`` start: the query consumed none of them."""
+    stream = f"{prefix}:orders"
+    options = {"startingOffsets": "latest", "trimConsumed": "true"}
+    end_0 = crash_after_planning_batch_0(r, redis_url, prefix, options)
+    restarted = new_reader(redis_url, prefix, **options)
+    assert batch_numbers(restarted, restarted.initialOffset(), end_0) == []
+
+    end_1 = restarted.latestOffset(end_0, ReadAllAvailable())  # batch 0 is committed now
+    assert r.xlen(stream) == 110
+    assert batch_numbers(restarted, end_0, end_1) == list(range(10, 110))
+    restarted.commit(end_1)
+    assert r.xlen(stream) == 1  # trimmed to what batch 1 consumed: its last entry stays
+
+
+def test_min_entries_hold_a_trickle_after_the_empty_first_batch(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """The empty batch 0 is the first trigger, which is never held; the next one is."""
+    options = {"startingOffsets": "latest", "minEntriesPerTrigger": "100", "maxTriggerDelay": "10m"}
+    reader = ten_entries_and_a_reader(r, redis_url, prefix, options)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert batch_numbers(reader, start, start) == []
+    publish(r, prefix, "orders", 5, start=10)
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # held: 5 of 100
+    publish(r, prefix, "orders", 95, start=15)
+    end_1 = reader.latestOffset(start, ReadAllAvailable())
+    assert batch_numbers(reader, start, end_1) == list(range(10, 110))
+
+
 @pytest.mark.spark
 def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path

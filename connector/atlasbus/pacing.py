@@ -29,6 +29,11 @@ class TriggerPacer:
         self._clock = clock
         self._released_at: float | None = None  # Kafka's lastTriggerMillis = 0: none yet
 
+    def released_elsewhere(self) -> None:
+        """A batch ran without asking (a ``latest`` or ``group`` start's empty first batch):
+        it counts as the first trigger, never held, and the delay's clock starts now."""
+        self._released_at = self._clock()
+
     def hold(self, new_entries: int) -> bool:
         """True to run no batch now; False releases one (and restarts the delay's clock)."""
         waited_ms = (

@@ -53,8 +53,13 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._swept_at: float | None = None
         # The starting position, before any batch: never a committed one, so never trimmed to.
         self._initial: StreamOffsets | None = None
-        # Batch 0 of a start that moves (latest, group) ends where it starts: see latestOffset.
+        # Batch 0 of a start that moves (latest, group) ends where it starts and reads nothing:
+        # latestOffset plans it so, and partitions runs it so, replays included.
         self._pin_first_batch = False
+        self._batch_0_to_run = False
+        # Where batch 0 of such a start ended, in this run or the one before a restart: the
+        # query's start, which it has read nothing up to, so never trimmed to.
+        self._pinned_end: StreamOffsets | None = None
         # minEntriesPerTrigger: the last count, reused while neither end moved (idle polls).
         self._counted: tuple[StreamOffsets, StreamOffsets, int] | None = None
 
@@ -72,7 +77,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._initial is None:
             self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
-            self._pin_first_batch = self.options.starting.moves
+            self._pin_first_batch = self._batch_0_to_run = self.options.starting.moves
         return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -92,11 +97,13 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         committed = StreamOffsets.from_dict(start, what="start offset")
-        if self._pin_first_batch and committed == self._initial:
+        pin, self._pin_first_batch = self._pin_first_batch, False
+        if pin and committed == self._initial:
             # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
             # commits runs it again from a new initialOffset (later), and only an end equal to
             # the first start keeps the entries after that start for batch 1.
-            self._pin_first_batch = False
+            if self._pacer is not None:
+                self._pacer.released_elsewhere()
             return committed.to_dict()
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
@@ -226,6 +233,15 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plan the batch's ranges; the same offsets always give the same entries; driver."""
         first = StreamOffsets.from_dict(start, what="start offset")
         last = StreamOffsets.from_dict(end, what="end offset")
+        batch_0, self._batch_0_to_run = self._batch_0_to_run, False
+        if batch_0 and first == self._initial:
+            # Batch 0 of a start that moves, planned by latestOffset to read nothing, or
+            # replayed after a restart from the new driver's own (later, or earlier) answer:
+            # it ends at the query's start either way, and reads nothing. Spark runs batch 0
+            # from initialOffset's answer, and before any other batch of this driver.
+            self._pin_first_batch = False
+            self._pinned_end = last.positions()
+            return []
         report_recorded_losses(self.options, first, last)
         ranges = plan_ranges(self.options, first, last)
         return [RangePartition(self.options, r) for r in ranges]
@@ -245,7 +261,10 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not committed or committed.positions() == self._committed_seen:
             return
         self._mirror_group(committed)
-        if self.options.trim_consumed and committed.positions() != self._initial:
+        # The query's start: batch 0's end for a start that moves (after a restart, this
+        # driver's own initialOffset answered later than the start), else that answer.
+        start = self._pinned_end if self._pinned_end is not None else self._initial
+        if self.options.trim_consumed and committed.positions() != start:
             for result in trim_consumed(self.options.endpoint, dict(committed)):
                 log.info(
                     "trimConsumed: %s trimmed below %s (%d removed, held by %s)",
