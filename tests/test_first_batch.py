@@ -142,6 +142,7 @@ def test_a_replay_after_the_group_was_moved_back_still_reads_nothing(
     assert replay_from != end_0
 
     assert batch_numbers(restarted, replay_from, end_0) == []
+    assert batch_numbers(restarted, replay_from, end_0) == []  # asked again: the same
     end_1 = restarted.latestOffset(end_0, ReadAllAvailable())
     assert batch_numbers(restarted, end_0, end_1) == list(range(10, 110))
 
@@ -163,7 +164,7 @@ def test_trim_consumed_never_trims_to_the_start_of_a_replayed_batch_0(
     assert r.xlen(stream) == 1  # trimmed to what batch 1 consumed: its last entry stays
 
 
-def test_min_entries_hold_a_trickle_after_the_empty_first_batch(
+def test_min_entries_hold_a_trickle_after_the_empty_first_batch_of_a_latest_start(
     r: redis.Redis, redis_url: str, prefix: str
 ) -> None:
     """The empty batch 0 is the first trigger, which is never held; the next one is."""
@@ -177,6 +178,20 @@ def test_min_entries_hold_a_trickle_after_the_empty_first_batch(
     publish(r, prefix, "orders", 95, start=15)
     end_1 = reader.latestOffset(start, ReadAllAvailable())
     assert batch_numbers(reader, start, end_1) == list(range(10, 110))
+
+
+def test_a_group_start_reads_a_small_backlog_at_its_first_trigger_after_batch_0(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """As Kafka's first trigger, never held: the group's 5 unread entries go at once."""
+    options = {"startingOffsets": "group", "group": "etl", "minEntriesPerTrigger": "100"}
+    reader = ten_entries_and_a_reader(r, redis_url, prefix, options)
+    publish(r, prefix, "orders", 5, start=10)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    assert batch_numbers(reader, start, start) == []
+    end_1 = reader.latestOffset(start, ReadAllAvailable())
+    assert batch_numbers(reader, start, end_1) == list(range(10, 15))
 
 
 @pytest.mark.spark

@@ -30,8 +30,8 @@ class TriggerPacer:
         self._released_at: float | None = None  # Kafka's lastTriggerMillis = 0: none yet
 
     def released_elsewhere(self) -> None:
-        """A batch ran without asking (a ``latest`` or ``group`` start's empty first batch):
-        it counts as the first trigger, never held, and the delay's clock starts now."""
+        """A batch ran without asking (a ``latest`` start's empty first batch): it counts as
+        the first trigger, never held, and the delay's clock starts now."""
         self._released_at = self._clock()
 
     def hold(self, new_entries: int) -> bool:

@@ -98,13 +98,6 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         committed = StreamOffsets.from_dict(start, what="start offset")
         pin, self._pin_first_batch = self._pin_first_batch, False
-        if pin and committed == self._initial:
-            # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
-            # commits runs it again from a new initialOffset (later), and only an end equal to
-            # the first start keeps the entries after that start for batch 1.
-            if self._pacer is not None:
-                self._pacer.released_elsewhere()
-            return committed.to_dict()
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
         self._after_commit(committed)
@@ -119,7 +112,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self._report_deleted_streams(committed, end.infos)
         chosen = committed
-        if not self._holds_back(catalog, committed, end):
+        if pin and committed == self._initial:
+            # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
+            # commits runs it again from a new initialOffset (later), and only an end equal to
+            # the first start keeps the entries after that start for batch 1.
+            self._count_as_first_trigger()
+        elif not self._holds_back(catalog, committed, end):
             chosen = mark_batch(
                 catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
             )
@@ -130,6 +128,13 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             behind=entries_after(committed, chosen, end.infos, end.walks),
         )
         return chosen.to_dict()
+
+    def _count_as_first_trigger(self) -> None:
+        """``minEntriesPerTrigger`` never holds the first trigger (as Kafka's source). For a
+        ``latest`` start the empty batch 0 is that trigger, which would have found nothing new
+        anyway; a ``group`` start's backlog is read at the next trigger, however small."""
+        if self._pacer is not None and self.options.starting.kind == "latest":
+            self._pacer.released_elsewhere()
 
     def _holds_back(self, catalog: StreamCatalog, committed: StreamOffsets, end: BatchEnd) -> bool:
         """``minEntriesPerTrigger``: too few new entries and ``maxTriggerDelay`` not yet up.
@@ -239,9 +244,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # replayed after a restart from the new driver's own (later, or earlier) answer:
             # it ends at the query's start either way, and reads nothing. Spark runs batch 0
             # from initialOffset's answer, and before any other batch of this driver.
-            self._pin_first_batch = False
+            if self._pin_first_batch:  # a replay: latestOffset did not see batch 0
+                self._pin_first_batch = False
+                self._count_as_first_trigger()
             self._pinned_end = last.positions()
-            return []
+        if first == self._initial and last.positions() == self._pinned_end:
+            return []  # batch 0, however often Spark asks for its partitions
         report_recorded_losses(self.options, first, last)
         ranges = plan_ranges(self.options, first, last)
         return [RangePartition(self.options, r) for r in ranges]
