@@ -195,9 +195,12 @@ def test_a_group_start_reads_a_small_backlog_at_its_first_trigger_after_batch_0(
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("set_back", [False, True], ids=["group-moved-on", "group-set-back"])
 def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing(
-    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path, set_back: bool
 ) -> None:
+    """Batch 0 replayed from a later or an earlier group position reads nothing, and the
+    query goes on from where it first started: entries 50-109, each once."""
     stream = f"{prefix}:orders"
     ids = publish(r, prefix, "orders", 100)
     r.xgroup_create(stream, "etl", id=ids[49])  # the group has had entries 0-49
@@ -215,6 +218,8 @@ def test_group_start_replayed_after_a_crash_before_batch_0_commits_loses_nothing
         if planned.name not in ("0", ".0.crc"):
             planned.unlink()
     assert r.xinfo_groups(stream)[0]["last-delivered-id"].decode() == ids[-1]
+    if set_back:
+        r.xgroup_setid(stream, "etl", id="0")  # an operator resets the group
     publish(r, prefix, "orders", 10, start=100)
 
     replayed = BatchCollector()

@@ -117,8 +117,8 @@ class StartingPosition:
 
     @property
     def moves(self) -> bool:
-        """Whether asking again later may give a later position: ``latest`` follows the
-        streams' ends and ``group`` the consumer group, which other consumers also move."""
+        """Whether asking again later may give another position: ``latest`` follows the
+        streams' ends and ``group`` the consumer group, which others move (or set back)."""
         return self.kind in ("latest", "group")
 
 
