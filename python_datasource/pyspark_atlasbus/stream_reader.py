@@ -54,8 +54,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The starting position, before any batch: never a committed one, so never trimmed to.
         self._initial: StreamOffsets | None = None
         # Batch 0 of a start that moves (latest, group) ends where it starts and reads nothing:
-        # latestOffset plans it so, and partitions runs it so, replays included.
-        self._pin_first_batch = False
+        # latestOffset plans it so, and partitions runs it so, replays included. Spark runs
+        # batch 0 before any other batch of a driver that was asked for initialOffset.
         self._batch_0_to_run = False
         # Where batch 0 of such a start ended, in this run or the one before a restart: the
         # query's start, which it has read nothing up to, so never trimmed to.
@@ -77,7 +77,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._initial is None:
             self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
-            self._pin_first_batch = self._batch_0_to_run = self.options.starting.moves
+            self._batch_0_to_run = self.options.starting.moves
         return self._initial.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -97,7 +97,6 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         committed = StreamOffsets.from_dict(start, what="start offset")
-        pin, self._pin_first_batch = self._pin_first_batch, False
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
         self._after_commit(committed)
@@ -111,13 +110,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             target=self._available_now_target,
         )
         self._report_deleted_streams(committed, end.infos)
+        # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
+        # commits runs it again from a new initialOffset (later), and only an end equal to
+        # the first start keeps the entries after that start for batch 1.
+        plans_batch_0 = self._batch_0_to_run and committed == self._initial
         chosen = committed
-        if pin and committed == self._initial:
-            # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
-            # commits runs it again from a new initialOffset (later), and only an end equal to
-            # the first start keeps the entries after that start for batch 1.
-            self._count_as_first_trigger()
-        elif not self._holds_back(catalog, committed, end):
+        if not plans_batch_0 and not self._holds_back(catalog, committed, end):
             chosen = mark_batch(
                 catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
             )
@@ -244,9 +242,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # replayed after a restart from the new driver's own (later, or earlier) answer:
             # it ends at the query's start either way, and reads nothing. Spark runs batch 0
             # from initialOffset's answer, and before any other batch of this driver.
-            if self._pin_first_batch:  # a replay: latestOffset did not see batch 0
-                self._pin_first_batch = False
-                self._count_as_first_trigger()
+            self._count_as_first_trigger()
             self._pinned_end = last.positions()
         if first == self._initial and last.positions() == self._pinned_end:
             return []  # batch 0, however often Spark asks for its partitions
