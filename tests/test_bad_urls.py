@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from atlasbus.connection import RedisEndpoint
+from atlasbus.connection import RedisEndpoint, shown_url
 from atlasbus.errors import ConfigurationError
 from atlasbus.sink_options import parse_sink_options
 from atlasbus.source_options import parse_source_options
@@ -231,3 +231,19 @@ def test_good_urls_pass(tmp_path: Path) -> None:
         RedisEndpoint.from_options(url, None, None)
     assert RedisEndpoint.from_options("redis://h/7", None, None).database == 7
     assert RedisEndpoint.from_options("redis://h/7?db=2", None, None).database == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock?db=2"),
+        ("unix://u:secret@/tmp/r.sock?db=2", "unix://u:***@/tmp/r.sock?db=2"),
+        (
+            "unix:///tmp/r.sock?db=2&ssl_password=secret",
+            "unix:///tmp/r.sock?db=2&ssl_password=***",
+        ),
+        ("redis://u:secret@h:6379/0", "redis://u:***@h:6379/0"),
+    ],
+)
+def test_a_socket_url_is_shown_as_written_without_its_secrets(url: str, shown: str) -> None:
+    assert shown_url(url) == shown

@@ -197,8 +197,8 @@ class RedisEndpoint:
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
             if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM)
         ]
-        bare_url = urlunsplit(
-            (parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment)
+        bare_url = _joined_url(
+            parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment
         )
         url_password = parts.password
         password = self.password
@@ -468,7 +468,16 @@ def shown_url(url: str) -> str:
             f"{name}=***" if name in _SECRET_PARAMS else f"{name}={value}"
             for name, value in parse_qsl(query, keep_blank_values=True)
         )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return _joined_url(parts.scheme, netloc, parts.path, query, parts.fragment)
+
+
+def _joined_url(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
+    """``urlunsplit``, but a ``unix://`` URL without user keeps its ``//``: the standard
+    library writes ``unix:/path``, which redis-py does not take for a Redis URL."""
+    url = urlunsplit((scheme, netloc, path, query, fragment))
+    if scheme.lower() == "unix" and not netloc:
+        url = f"{scheme}://{url[len(scheme) + 1 :]}"
+    return url
 
 
 def _checked_url(url: str, origin: str) -> str:

@@ -77,6 +77,8 @@ class RedisServer:
     first, or leave the server running (``--keep``). No persistence by default: ``folder``
     holds only the log, and is removed by ``stop()``.
 
+    ``unix_socket=True`` also listens on ``redis.sock`` in ``folder``: ``unix_url``.
+
     ``appendonly=True`` turns the append-only file on (``appendfsync``: ``always``,
     ``everysec`` or ``no``), kept in ``folder``. ``kill()`` then ends the server as a crash
     would (SIGKILL) and keeps its folder, and ``start()`` brings it back on the same port and
@@ -105,6 +107,7 @@ class RedisServer:
         tls_auth_clients: str = "yes",
         tls_client_cert_file: str | Path | None = None,
         tls_client_key_file: str | Path | None = None,
+        unix_socket: bool = False,
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be always, everysec or no, got {appendfsync!r}")
@@ -129,10 +132,18 @@ class RedisServer:
         scheme = "rediss" if self.tls else "redis"
         self.url = f"{scheme}://127.0.0.1:{self.port}/0"
         self.own_session = own_session
+        self.unix_socket = unix_socket
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.folder: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def unix_url(self) -> str:
+        """``unix:///.../redis.sock?db=0``, once started with ``unix_socket=True``."""
+        if not self.unix_socket or self.folder is None:
+            raise RuntimeError("this redis-server was not started with unix_socket=True")
+        return f"unix://{self.folder / 'redis.sock'}?db=0"
 
     @property
     def pid(self) -> int | None:
@@ -157,6 +168,8 @@ class RedisServer:
             "--dir", str(folder), "--logfile", str(folder / "redis.log"),
         ]
         # fmt: on
+        if self.unix_socket:
+            command += ["--unixsocket", str(folder / "redis.sock"), "--unixsocketperm", "700"]
         if self.tls:
             # fmt: off
             command[1:3] = ["--port", "0", "--tls-port", str(self.port)]
