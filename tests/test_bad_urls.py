@@ -86,7 +86,63 @@ BAD_URLS = [
     (
         "redis://h:port/0",
         "option 'url' has an invalid port (host 'h'), got 'redis://h:port/0': a port is an integer "
-        "from 1 to 65535",
+        "from 1 to 65535 (or leave it out for 6379)",
+    ),
+    (  # redis-py reads port 0, and an empty port, as 6379: another server than the one meant
+        "redis://127.0.0.1:0/0",
+        "option 'url' has an invalid port (host '127.0.0.1'), got 'redis://127.0.0.1:0/0': a "
+        "port is an integer from 1 to 65535 (or leave it out for 6379)",
+    ),
+    (
+        "redis://u:pw@127.0.0.1:/0",
+        "option 'url' has an invalid port (host '127.0.0.1'), got 'redis://u:***@127.0.0.1:/0': "
+        "a port is an integer from 1 to 65535 (or leave it out for 6379)",
+    ),
+    (  # an unencoded # ends the place: urlsplit saw no password, and the URL was shown whole
+        "redis://:S3cr#3tPw@127.0.0.1:6413/0",
+        "option 'url' holds a user or password with a character that must be percent-encoded, "
+        "got 'redis://:***@127.0.0.1:6413/0': write # as %23, / as %2F, ? as %3F, @ as %40 (or "
+        "pass the password in option 'password')",
+    ),
+    (
+        "redis://ops:S3cr/3tPw@127.0.0.1:6413/0",
+        "option 'url' holds a user or password with a character that must be percent-encoded, "
+        "got 'redis://ops:***@127.0.0.1:6413/0': write # as %23, / as %2F, ? as %3F, @ as %40 "
+        "(or pass the password in option 'password')",
+    ),
+    (
+        "redis://:pw@[::1/0",
+        "option 'url' is not a valid URL (Invalid IPv6 URL), got 'redis://:***@[::1/0'",
+    ),
+    (
+        "unix://h/tmp/redis.sock",
+        "option 'url' names a host ('h') before the socket path, got 'unix://h/tmp/redis.sock': "
+        "a socket URL has three slashes, unix:///path/to/redis.sock",
+    ),
+    (  # redis-py's TCP connection takes no ssl_* argument: a TypeError at connect
+        "redis://h:6379/0?ssl_cert_reqs=none",
+        "option 'url' has query parameter ssl_cert_reqs, which only a TLS URL takes, got "
+        "'redis://h:6379/0?ssl_cert_reqs=none': use rediss:// for TLS, or leave ssl_cert_reqs out",
+    ),
+    (
+        "unix:///tmp/r.sock?ssl_password=s3cret-url-pw",
+        "option 'url' has query parameter ssl_password, which only a TLS URL takes, got "
+        "'unix:///tmp/r.sock?ssl_password=***': use rediss:// for TLS, or leave ssl_password out",
+    ),
+    (
+        "unix:///tmp/r.sock?socket_keepalive=true",
+        "option 'url' has query parameter socket_keepalive, which a socket URL does not take (it "
+        "is for TCP), got 'unix:///tmp/r.sock?socket_keepalive=true': leave it out",
+    ),
+    (  # redis-py reads " false" as true
+        "redis://h:6379/0?socket_keepalive=%20false",
+        "option 'url' has query parameter socket_keepalive=' false', which is not a boolean: it "
+        "must be a boolean (true or false)",
+    ),
+    (  # Redis refuses it at CLIENT SETNAME, on the first connection
+        "redis://h:6379/0?client_name=a%20b",
+        "option 'url' has query parameter client_name='a b', which holds a space or a character "
+        "Redis refuses: it must be printable ASCII without spaces (what CLIENT SETNAME takes)",
     ),
     (
         "unix://",
@@ -243,6 +299,12 @@ def test_good_urls_pass(tmp_path: Path) -> None:
             "unix:///tmp/r.sock?db=2&ssl_password=***",
         ),
         ("redis://u:secret@h:6379/0", "redis://u:***@h:6379/0"),
+        ("redis://:S3cr#3t?x/y@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://us/er:S3cret@h:6379/0", "redis://***@h:6379/0"),
+        (
+            "rediss://h:6380/0?protocol=3&ssl_password=s3&db=1",
+            "rediss://h:6380/0?protocol=3&ssl_password=***&db=1",
+        ),
     ],
 )
 def test_a_socket_url_is_shown_as_written_without_its_secrets(url: str, shown: str) -> None:

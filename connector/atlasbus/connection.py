@@ -47,7 +47,7 @@ URL_PARAMETERS: dict[str, str] = {
     "health_check_interval": "a non-negative integer (seconds)",
     "max_connections": "a positive integer",
     "socket_keepalive": "a boolean (true or false)",
-    "client_name": "any text",
+    "client_name": "printable ASCII without spaces (what CLIENT SETNAME takes)",
     "protocol": "2 or 3",
     "ssl_cert_reqs": "none, optional or required",
     "ssl_check_hostname": "a boolean (true or false)",
@@ -59,6 +59,11 @@ URL_PARAMETERS: dict[str, str] = {
     "ssl_min_version": "an integer (ssl.TLSVersion)",
 }
 _SECRET_PARAMS = ("ssl_password",)
+_SECRET_QUERY = re.compile(r"((?:^|[?&])ssl_password=)[^&#]*")
+# Parameters redis-py's connection for the scheme takes; any other fails at connect with a
+# TypeError, so it is refused with the URL instead.
+_TLS_ONLY_PARAMS = tuple(name for name in URL_PARAMETERS if name.startswith("ssl_"))
+_TCP_ONLY_PARAMS = ("socket_keepalive",)
 
 
 @dataclass(frozen=True)
@@ -446,29 +451,23 @@ def _scrub(message: str, endpoint: RedisEndpoint) -> str:
 
 
 def shown_url(url: str) -> str:
-    """The URL with its password and any ``ssl_password`` replaced by ``***``: safe to print."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "a malformed URL"
-    secret_query = any(
-        name in _SECRET_PARAMS for name, _ in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    if password is None and not secret_query:
-        return url
-    netloc = parts.netloc
-    if password is not None:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}:***@{hostport}"
-    query = parts.query
-    if secret_query:
-        query = "&".join(
-            f"{name}=***" if name in _SECRET_PARAMS else f"{name}={value}"
-            for name, value in parse_qsl(query, keep_blank_values=True)
-        )
-    return _joined_url(parts.scheme, netloc, parts.path, query, parts.fragment)
+    """The URL with its password and any ``ssl_password`` replaced by ``***``: safe to print.
+
+    Works on the text, not on ``urlsplit``'s reading of it: a password holding an unencoded
+    ``#``, ``/`` or ``?`` splits the URL elsewhere, and the password would be shown whole. So
+    everything up to the last ``@`` after the scheme is the user and password; a user part
+    holding such a character is hidden too.
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator and "@" in rest:
+        userinfo, _, place = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        if any(character in user for character in "/?#"):
+            userinfo = "***"
+        elif colon:
+            userinfo = f"{user}:***"
+        url = f"{scheme}://{userinfo}@{place}"
+    return _SECRET_QUERY.sub(r"\1***", url)
 
 
 def _joined_url(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
@@ -506,36 +505,63 @@ def _checked_url(url: str, origin: str) -> str:
         )
     kind = scheme.group(1).lower()
     url = kind + url[len(scheme.group(1)) :]
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        raise ConfigurationError(f"{origin} is not a valid URL ({exc}), got {shown!r}") from None
+    if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+        raise ConfigurationError(
+            f"{origin} holds a user or password with a character that must be percent-encoded, "
+            f"got {shown!r}: write # as %23, / as %2F, ? as %3F, @ as %40 (or pass the password "
+            "in option 'password')"
+        )
+    place = parts.netloc.rpartition("@")[2]
     if kind == "unix":
         if not parts.path:
             raise ConfigurationError(
                 f"{origin} names no socket path, got {shown!r}: write unix:///path/to/redis.sock"
             )
+        if place:
+            raise ConfigurationError(
+                f"{origin} names a host ({place!r}) before the socket path, got {shown!r}: a "
+                "socket URL has three slashes, unix:///path/to/redis.sock"
+            )
     else:
         try:
-            _ = parts.port
+            port = parts.port
         except ValueError:
+            port = -1
+        if port in (-1, 0) or (port is None and place.endswith(":")):
             raise ConfigurationError(
                 f"{origin} has an invalid port (host {parts.hostname!r}), got {shown!r}: a port "
-                "is an integer from 1 to 65535"
-            ) from None
+                "is an integer from 1 to 65535 (or leave it out for 6379)"
+            )
         path = parts.path
         if path not in ("", "/") and not re.fullmatch(r"/[0-9]+", path):
             raise ConfigurationError(
                 f"{origin} has database path {path!r}, got {shown!r}: the path selects a "
                 "database and must be a non-negative integer such as /0"
             )
-    _check_query(parts.query, origin, shown)
+    _check_query(parts.query, kind, origin, shown)
     return url
 
 
-def _check_query(query: str, origin: str, shown: str) -> None:
+def _check_query(query: str, kind: str, origin: str, shown: str) -> None:
     for name, value in parse_qsl(query, keep_blank_values=True):
         if name not in URL_PARAMETERS:
             raise ConfigurationError(
                 f"{origin} has unknown query parameter {name!r}, got {shown!r}; accepted "
                 f"parameters: {', '.join(sorted(URL_PARAMETERS))}"
+            )
+        if name in _TLS_ONLY_PARAMS and kind != "rediss":
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}, which only a TLS URL takes, got "
+                f"{shown!r}: use rediss:// for TLS, or leave {name} out"
+            )
+        if name in _TCP_ONLY_PARAMS and kind == "unix":
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}, which a socket URL does not take (it "
+                f"is for TCP), got {shown!r}: leave it out"
             )
         problem = _parameter_problem(name, value)
         if problem is not None:
@@ -559,7 +585,11 @@ def _parameter_problem(name: str, value: str) -> str | None:
     if name == "protocol":
         return None if value.strip() in ("2", "3") else "which is not a RESP version"
     if name in ("socket_keepalive", "ssl_check_hostname"):
-        return None if value.strip().lower() in _BOOLEANS else "which is not a boolean"
+        # no stripping: redis-py reads anything but a false word, " false" too, as true
+        return None if value.lower() in _BOOLEANS else "which is not a boolean"
+    if name == "client_name":
+        printable = value and all(33 <= ord(character) <= 126 for character in value)
+        return None if printable else "which holds a space or a character Redis refuses"
     if name == "ssl_cert_reqs":
         return None if value in _CERT_REQS else "which is not a certificate requirement"
     if name in _FILE_PARAMS:

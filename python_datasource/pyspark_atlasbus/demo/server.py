@@ -7,7 +7,6 @@ Every figure here costs one command per stream whatever the streams hold (``XINF
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.values import reply_text
@@ -94,16 +93,3 @@ def _stream_info(client: Any, stream: str) -> dict[str, Any] | None:
         return dict(client.xinfo_stream(stream))
     except redis.ResponseError:  # no such key: nothing published to it yet
         return None
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password (if any) shown as ``***``: safe to print."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))

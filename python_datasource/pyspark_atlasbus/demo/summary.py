@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from atlasbus.connection import shown_url
 from atlasbus.offsets import StreamOffsets
 from pyspark_atlasbus.demo.common import EVENTS_APP_ID, STREAM_PREFIX, STREAMS
-from pyspark_atlasbus.demo.server import redacted_url
 from pyspark_atlasbus.demo.writer import table_rows
 
 REPLAY_REASON = "invalid-integer"
@@ -211,7 +211,7 @@ def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
     """Commands to run next, each runnable as printed (passwords excepted: shown as ***)."""
     atlasbus = atlasbus_command()
     table = shlex.quote(str(paths.dead_letters))
-    shown_url = redacted_url(url)
+    shown = shown_url(url)
     lines = [
         "next steps (copy and paste):",
         f"  {atlasbus} dlq summary --table {table}",
@@ -219,12 +219,12 @@ def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
     ]
     if redis_alive:
         lines.append(
-            f"  {atlasbus} dlq replay --table {table} --url {shlex.quote(shown_url)} "
+            f"  {atlasbus} dlq replay --table {table} --url {shlex.quote(shown)} "
             f"--stream-prefix {STREAM_PREFIX} --where \"reason = '{REPLAY_REASON}'\""
         )
     env = f"ATLASBUS_DEAD_LETTERS={table}"
     if redis_alive:
-        env += f" REDIS_URL={shlex.quote(shown_url)}"
+        env += f" REDIS_URL={shlex.quote(shown)}"
     notebook = notebook_path()
     lines.append("  the dead-letter explorer notebook (needs the notebooks extra):")
     if notebook is None:
@@ -242,7 +242,7 @@ def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
             f"    {_bin('pip')} install {install}",
             f"    {env} {_bin('jupyter')} lab {shlex.quote(str(notebook))}",
         ]
-    if shown_url != url and redis_alive:
+    if shown != url and redis_alive:
         lines.append("  (*** stands for the Redis password: put the real one in its place)")
     return lines
 
