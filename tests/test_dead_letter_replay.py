@@ -493,7 +493,8 @@ def test_cli_errors_are_one_line_and_exit_2(
     code, _ = cli("dlq", "show", "--table", str(tmp_path / "dlq"), "--where", "stag = 1")
     assert code == 2
     assert capsys.readouterr().err == (
-        "atlasbus dlq: error reading the table (check --where): Schema error: No field named "
+        "atlasbus dlq: error: cannot use the table (check --table, and --where if given): "
+        "Schema error: No field named "
         "stag. Did you mean 'dead_letters.stage'?\n"
     )
 

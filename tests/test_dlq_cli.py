@@ -90,7 +90,8 @@ VALID = ", ".join(COLUMNS)
         ),
         (
             ["show", "--table", "{table}", "--where", "stag = 1"],
-            "atlasbus dlq: error reading the table (check --where): Schema error: No field named "
+            "atlasbus dlq: error: cannot use the table (check --table, and --where if given): "
+            "Schema error: No field named "
             "stag. Did you mean 'dead_letters.stage'?",
         ),
         (
@@ -141,7 +142,7 @@ VALID = ", ".join(COLUMNS)
         (
             ["replay", "--table", "{table}", "--url", "redis://h:99999"],
             "atlasbus dlq: error: --url has an invalid port (host 'h'), got "
-            "'redis://h:99999': a port is an integer from 1 to 65535",
+            "'redis://h:99999': a port is an integer from 1 to 65535 (or leave it out for 6379)",
         ),
     ],
 )

@@ -56,7 +56,7 @@ BAD_OPTIONS = [
     (
         {"url": "redis://h:port/0"},
         "option 'url' has an invalid port (host 'h'), got 'redis://h:port/0': a port is an "
-        "integer from 1 to 65535",
+        "integer from 1 to 65535 (or leave it out for 6379)",
     ),
     ({"deadLetterTable": ""}, "option 'deadLetterTable' must not be empty"),
     (

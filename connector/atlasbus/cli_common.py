@@ -40,6 +40,12 @@ CLI_WORDING: Final = (
 """The core's words for what the command line calls by a flag, and the command line's words."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An error's first line (a library's message may run to a backtrace), else its type."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
 def cli_wording(message: str) -> str:
     """``message`` (from the core) with its option and argument names replaced by the flags."""
     for api, cli in CLI_WORDING:

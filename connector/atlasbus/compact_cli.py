@@ -54,13 +54,18 @@ def add_compact(commands: Any, guard: Any) -> None:
     parser.set_defaults(run=lambda args, out=None: guard(out or sys.stdout, lambda: _run(args)))
 
 
+MAX_RETAIN_HOURS = 24 * 365 * 1000
+
+
 def _hours(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"must be a number of hours, 0 or more, got {text!r}")
+    if not 0 <= value <= MAX_RETAIN_HOURS:  # NaN fails too; delta-rs takes whole hours as u64
+        raise argparse.ArgumentTypeError(
+            f"must be a number of hours from 0 to {MAX_RETAIN_HOURS} (1,000 years), got {text!r}"
+        )
     return value
 
 

@@ -297,7 +297,8 @@ def forget_clients() -> None:
 
 @contextmanager
 def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None) -> Iterator[None]:
-    """Turn redis-py's connection, timeout, auth and ACL errors into atlasbus errors.
+    """Turn redis-py's connection, timeout, auth, ACL, replica and protocol errors into atlasbus
+    errors.
 
     The message names host and port, the user and what to do, never the password. A connection
     error or a timeout also drops the process's cached client, so the next use connects
@@ -318,6 +319,11 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
             raise RedisPermissionError(_no_permission(endpoint, text, key_pattern)) from None
         if text.startswith(("WRONGPASS", "NOAUTH", "invalid username-password")):
             raise RedisUnavailableError(_refused(endpoint, text)) from None
+        if isinstance(exc, redis.exceptions.ReadOnlyError):
+            raise RedisUnavailableError(
+                f"Redis at {endpoint.description} is a read-only replica ({text}): point "
+                "option 'url' (or $REDIS_URL) at the primary"
+            ) from None
         if "DB index is out of range" in text:
             _forget(endpoint)
             raise ConfigurationError(
@@ -326,6 +332,14 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
                 "below the server's 'databases' setting (16 by default), e.g. /0"
             ) from None
         raise
+    except redis.exceptions.InvalidResponse as exc:
+        _forget(endpoint)
+        detail = _scrub(str(exc), endpoint).rstrip(".")
+        raise RedisUnavailableError(
+            f"what answers at {endpoint.description} does not speak Redis's protocol ({detail}): "
+            "check that option 'url' (or $REDIS_URL) points to a Redis server, with rediss:// "
+            "if it serves TLS"
+        ) from None
     except redis.ConnectionError as exc:
         _forget(endpoint)
         detail = _scrub(str(exc), endpoint).rstrip(".")

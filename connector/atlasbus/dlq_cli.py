@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+import redis
 from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
@@ -30,6 +31,7 @@ from atlasbus.cli_common import (
     cli_wording,
     duration,
     endpoint_from_flag,
+    first_line,
     format_table,
     non_empty,
     positive,
@@ -319,12 +321,13 @@ def _guard(out: TextIO, action: Callable[[], int]) -> int:
     try:
         return int(action())
     except (AtlasbusError, ValueError) as exc:
-        sys.stderr.write(f"atlasbus dlq: error: {cli_wording(str(exc))}\n")
-        return 2
-    except DeltaError as exc:  # from delta-rs / DataFusion: a bad --where, most often
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        sys.stderr.write(f"atlasbus dlq: error reading the table (check --where): {first}\n")
-        return 2
+        message = cli_wording(str(exc))
+    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
+        message = f"Redis replied: {first_line(exc)}"
+    except (DeltaError, OSError) as exc:  # delta-rs, DataFusion, an object store: the table
+        message = f"cannot use the table (check --table, and --where if given): {first_line(exc)}"
+    sys.stderr.write(f"atlasbus dlq: error: {message}\n")
+    return 2
 
 
 def run_sweep(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import redis
 from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
@@ -25,6 +26,7 @@ from atlasbus.cli_common import (
     add_bus_flags,
     cli_wording,
     endpoint_from_flag,
+    first_line,
     non_empty,
     positive,
 )
@@ -103,9 +105,14 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 0
     except (AtlasbusError, ValueError) as exc:
         return _error(cli_wording(str(exc)))
-    except DeltaError as exc:  # from delta-rs: a table it cannot read
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return _error(f"cannot read the dead-letter table {args.table!r} (check --table): {first}")
+    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
+        return _error(f"Redis replied: {first_line(exc)}")
+    except (DeltaError, OSError) as exc:  # from delta-rs: a table or a store it cannot read
+        if args.table is None:
+            raise
+        return _error(
+            f"cannot read the dead-letter table {args.table!r} (check --table): {first_line(exc)}"
+        )
 
 
 def _error(message: str) -> int:

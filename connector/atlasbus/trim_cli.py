@@ -21,6 +21,7 @@ from atlasbus.cli_common import (
     add_bus_flags,
     cli_wording,
     endpoint_from_flag,
+    first_line,
     format_table,
     subscription_from_flags,
 )
@@ -72,8 +73,7 @@ def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: {cli_wording(str(exc))}\n")
         return 2
     except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        sys.stderr.write(f"{PROG}: error: Redis replied: {first}\n")
+        sys.stderr.write(f"{PROG}: error: Redis replied: {first_line(exc)}\n")
         return 2
     write_report(results, out, prefix=args.stream_prefix, dry_run=args.dry_run)
     return 0

@@ -29,6 +29,9 @@ def start_embedded_redis(timeout: float = 10.0) -> RedisServer:
 
 def connect(url: str, embedded: bool) -> Any:
     """A client for ``url``, checked: reachable, credentials accepted, Redis 6.2 or newer."""
+    import redis
+
+    from atlasbus.cli_common import cli_wording, first_line
     from atlasbus.connection import RedisEndpoint, translate_errors
     from atlasbus.errors import AtlasbusError
 
@@ -37,11 +40,13 @@ def connect(url: str, embedded: bool) -> Any:
         with translate_errors(endpoint):
             client = endpoint.client()
             version = str(client.info("server").get("redis_version", "0"))
-    except AtlasbusError as exc:
-        hint = (
-            "" if embedded else " Or leave out --url (and unset $REDIS_URL) to use an embedded one."
-        )
-        raise DemoError(f"{exc}{hint}") from None
+    except (AtlasbusError, redis.RedisError) as exc:
+        message = cli_wording(str(exc) if isinstance(exc, AtlasbusError) else first_line(exc))
+        if not embedded:
+            message = message.rstrip(".") + (
+                ". Or leave out --url (and unset $REDIS_URL) to use an embedded one."
+            )
+        raise DemoError(message) from None
     if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < (6, 2):
         raise DemoError(
             f"Redis {version} at {endpoint.description} is too old: atlasbus needs 6.2+"

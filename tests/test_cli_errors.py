@@ -1,0 +1,162 @@
+"""The command line on servers and tables that are not what it expects: one line and exit 2.
+
+A port that answers but is not Redis, and a read-only replica under ``dlq sweep``, gave a
+Python traceback (exit 1) before; the sink's refusal on a replica and a table path that is a
+file were already one line, and are held to it here.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import redis
+
+from atlasbus.errors import AtlasbusError, RedisUnavailableError
+from atlasbus.publisher import Publisher
+from atlasbus.sandbox.redis_server import RedisServer, free_port
+from atlasbus.sink_options import parse_sink_options
+from atlasbus.source_options import parse_source_options
+from atlasbus.streams import StreamCatalog
+from helpers import publish
+from pyspark_atlasbus import cli
+
+PREFIX = "clierr"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exc:  # argparse refusals
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def not_redis() -> Iterator[str]:
+    """A TCP port that answers every connection as a web server would, then hangs up."""
+    listener = socket.create_server(("127.0.0.1", free_port()))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(4096)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{port}/0"
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def replica(redis_server: RedisServer) -> Iterator[str]:
+    """A read-only replica of the suite's server, in sync."""
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        client.replicaof("127.0.0.1", redis_server.port)
+        for _ in range(200):
+            if client.info("replication").get("master_link_status") == "up":
+                break
+            threading.Event().wait(0.05)
+        else:
+            pytest.fail("the replica did not sync within 10 s")
+        yield server.url
+
+
+NOT_REDIS = 'does not speak Redis\'s protocol (Protocol error, got "H" as reply type byte)'
+
+
+def test_status_on_a_port_that_is_not_redis(
+    not_redis: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "status", "--url", not_redis)
+    host = not_redis.removeprefix("redis://").removesuffix("/0")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"atlasbus status: error: what answers at {host} {NOT_REDIS}: check that --url (or "
+        "$REDIS_URL) points to a Redis server, with rediss:// if it serves TLS\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command", [("dlq", "sweep", "--group", "g", "--max-deliveries", "3"), ("trim",)]
+)
+def test_other_commands_on_a_port_that_is_not_redis(
+    not_redis: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    table = ("--table", str(tmp_path / "dlq")) if command[0] == "dlq" else ()
+    code, out, err = run(capsys, *command, "--url", not_redis, *table)
+    assert (code, out) == (2, "")
+    assert NOT_REDIS in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_source_names_a_server_that_is_not_redis(not_redis: str) -> None:
+    options = parse_source_options({"url": not_redis, "topics": "orders"})
+    with pytest.raises(RedisUnavailableError, match="does not speak Redis's protocol"):
+        StreamCatalog(options.endpoint).info(["atlas_bus:orders"])
+
+
+def test_sweep_on_a_read_only_replica(
+    r: redis.Redis, replica: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    stream = f"{PREFIX}:orders"
+    publish(r, PREFIX, "orders", 3)
+    r.xgroup_create(stream, "workers", id="0")
+    r.xreadgroup("workers", "c1", {stream: ">"})
+    assert r.wait(1, 5000) == 1  # the replica has the stream, its group and the delivery
+    code, _, err = run(
+        capsys,
+        "dlq",
+        "sweep",
+        "--url",
+        replica,
+        "--stream-prefix",
+        PREFIX,
+        "--group",
+        "workers",
+        "--max-deliveries",
+        "1",
+        "--min-idle",
+        "0",
+        "--table",
+        str(tmp_path / "dlq"),
+    )
+    host = replica.removeprefix("redis://").removesuffix("/0")
+    assert code == 2
+    assert err == (
+        f"atlasbus dlq: error: Redis at {host} is a read-only replica (You can't write against "
+        "a read only replica.): point --url (or $REDIS_URL) at the primary\n"
+    )
+
+
+def test_the_sink_names_a_read_only_replica(replica: str) -> None:
+    options = parse_sink_options({"url": replica, "topic": "orders", "streamPrefix": PREFIX})
+    rows = pa.RecordBatch.from_pydict({"payload": ['{"n": 1}']})
+    with pytest.raises(AtlasbusError) as caught, Publisher(options, marker=None) as publisher:
+        publisher.publish(rows)
+    assert "read only replica" in str(caught.value), str(caught.value)
+
+
+def test_status_with_a_table_path_that_is_a_file(
+    redis_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a table")
+    code, out, err = run(capsys, "status", "--url", redis_url, "--table", str(a_file))
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"atlasbus status: error: cannot read the dead-letter table {str(a_file)!r} (check "
+        "--table): "
+    )
+    assert err.count("\n") == 1
