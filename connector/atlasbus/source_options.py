@@ -5,7 +5,6 @@ Parsing does no I/O, so a bad option fails at ``load()`` before any data moves.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from atlasbus.connection import RedisEndpoint
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError, OffsetError
 from atlasbus.option_reader import MAX_REDIS_INTEGER, OptionReader, parse_shared_options
+from atlasbus.redis_glob import glob_matches
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES_PER_PARTITION",
@@ -64,9 +64,7 @@ class Subscription:
     def matches(self, stream: str) -> bool:
         if self.kind == "pattern":
             head = f"{self.stream_prefix}:"
-            return stream.startswith(head) and fnmatch.fnmatchcase(
-                stream[len(head) :], self.names[0]
-            )
+            return stream.startswith(head) and glob_matches(self.names[0], stream[len(head) :])
         return stream in self.fixed_streams()
 
     def topic_of(self, stream: str) -> str:
