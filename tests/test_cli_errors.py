@@ -2,11 +2,13 @@
 
 A port that answers but is not Redis, and a read-only replica under ``dlq sweep``, gave a
 Python traceback (exit 1) before; the sink's refusal on a replica and a table path that is a
-file were already one line, and are held to it here.
+file were already one line, and are held to it here. A replay a replica refused did not say
+that its dead letters stay claimed, nor how to replay them.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pytest
 import redis
 
+from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.errors import AtlasbusError, RedisUnavailableError
 from atlasbus.publisher import Publisher
 from atlasbus.sandbox.redis_server import RedisServer, free_port
@@ -160,3 +163,32 @@ def test_status_with_a_table_path_that_is_a_file(
         "--table): "
     )
     assert err.count("\n") == 1
+
+
+def test_a_replay_refused_by_a_replica_says_what_stays_claimed(
+    r: redis.Redis, redis_url: str, replica: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    table = DeadLetterTable(tmp_path / "dlq")
+    table.append(
+        [
+            DeadLetter.for_row(
+                "too-big", "row too big", write_id="w/-/0", row=i, topic="orders", payload="{}"
+            )
+            for i in range(3)
+        ]
+    )
+    replay = ("dlq", "replay", "--table", table.uri, "--prefix", f"{PREFIX}-replay")
+    code, _, err = run(capsys, *replay, "--url", replica)
+    assert code == 2
+    assert err.startswith("atlasbus dlq: error: XADD to stream ")
+    claim = re.search(r"stay claimed by replay run ([0-9a-f]+) ", err)
+    assert claim is not None, err
+    assert err.endswith(
+        f"3 dead letter(s) stay claimed by replay run {claim.group(1)} without a confirmed "
+        "entry: look in the stream for them, then replay those it does not hold with --again\n"
+    )
+    # as it says: the stream holds none of them, and --again publishes them to the primary
+    assert r.exists(f"{PREFIX}-replay:orders") == 0
+    code, out, _ = run(capsys, *replay, "--url", redis_url, "--again")
+    assert code == 0, out
+    assert r.xlen(f"{PREFIX}-replay:orders") == 3

@@ -36,6 +36,7 @@ CLI_WORDING: Final = (
         "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')",
     ),
     ("and the streams", "and --topics / --stream-prefix"),
+    ("replay those it does not hold with again=True", "replay those it does not hold with --again"),
 )
 """The core's words for what the command line calls by a flag, and the command line's words."""
 

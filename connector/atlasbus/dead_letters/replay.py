@@ -43,6 +43,7 @@ import pyarrow as pa
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.encode import Rejection, encode_batch
+from atlasbus.errors import AtlasbusError, PublishError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.publisher import Publisher
 from atlasbus.raw_fields import original_text
@@ -216,6 +217,15 @@ def replay_dead_letters(
         try:
             with publisher:
                 publisher.publish(batch.take(pa.array(ours, pa.int64())))
+        except AtlasbusError as exc:
+            # The letters past the confirmed ones stay claimed: a reply may have been lost
+            # after Redis added them, so only the user can tell (from the stream).
+            unconfirmed = len(ours) - len(publisher.entry_ids or ())
+            raise PublishError(
+                f"{exc}. {unconfirmed} dead letter(s) stay claimed by replay run "
+                f"{claim[len(CLAIM_PREFIX) :]} without a confirmed entry: look in the stream "
+                "for them, then replay those it does not hold with again=True"
+            ) from exc
         finally:  # record what was confirmed published, even when publishing failed midway
             assert publisher.entry_ids is not None
             entry_ids = [str(entry_id) for entry_id in publisher.entry_ids]
