@@ -108,6 +108,15 @@ VALID = ", ".join(COLUMNS)
             ["summary", "--table", "{table}", "--by", "colour"],
             f"atlasbus dlq: error: --by: unknown column(s) ['colour']; valid: {VALID}",
         ),
+        (  # a TypeError traceback (unhashable list) before
+            ["summary", "--table", "{table}", "--by", "fields"],
+            "atlasbus dlq: error: cannot summarise by ['fields']: they hold maps or lists; group "
+            f"by columns of single values: {[c for c in COLUMNS if c != 'fields']}",
+        ),
+        (  # pandas' "cannot insert topic, already exists" before
+            ["summary", "--table", "{table}", "--by", "topic,topic"],
+            "atlasbus dlq: error: cannot summarise by ['topic'] twice: name each column once",
+        ),
         (
             ["summary", "--table", "{table}", "--freq", "1x"],
             "atlasbus dlq summary: error: argument --freq: must be a fixed time span such as 1h, "
@@ -272,3 +281,22 @@ def test_show_and_summary_help_name_every_default_column_whole(
     assert set(dlq_cli.SHOW_COLUMNS) <= words
     summary = " ".join(help_text(capsys, monkeypatch, width, "summary").split())
     assert f"(default {', '.join(SUMMARY_BY)};" in summary
+
+
+def test_summary_by_a_column_with_no_value_shows_a_dash(
+    table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Never replayed: last_replayed_at is null (pandas' NaT: 'NaTType does not support
+    strftime' before) and batch_id too (NaN: shown as 'nan' before)."""
+    code, out, err = run(capsys, "summary", "--table", table, "--by", "last_replayed_at,batch_id")
+    assert (code, err) == (0, "")
+    rows = out.splitlines()
+    assert rows[0].split() == [
+        "last_replayed_at",
+        "batch_id",
+        "count",
+        "first_dead_lettered_at",
+        "last_dead_lettered_at",
+    ]
+    assert rows[2].split()[:3] == ["-", "-", "3"]
+    assert rows[-1] == "3 dead letter(s)"

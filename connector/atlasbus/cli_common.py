@@ -144,7 +144,7 @@ def endpoint_from_flag(url: str | None) -> RedisEndpoint:
 
 
 def cell(value: Any, *, width: int | None) -> str:
-    if value is None:
+    if _missing(value):
         text = "-"
     elif isinstance(value, datetime):
         text = value.strftime("%Y-%m-%d %H:%M:%S")
@@ -158,6 +158,17 @@ def cell(value: Any, *, width: int | None) -> str:
     if width is not None and len(text) > width:
         text = text[: width - 3] + "..."
     return text
+
+
+def _missing(value: Any) -> bool:
+    """None, or a missing value as pandas gives it (NaN, NaT): the only values unequal to
+    themselves. A list column's array compares element-wise: never missing."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return False
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -388,6 +388,18 @@ class DeadLetterTable:
         unknown = [c for c in by if c not in COLUMNS]
         if unknown:
             raise ValueError(f"cannot summarise by {unknown}: valid columns are {list(COLUMNS)}")
+        nested = [c for c in by if pa.types.is_nested(DEAD_LETTER_SCHEMA.field(c).type)]
+        if nested:
+            groupable = [
+                c for c in COLUMNS if not pa.types.is_nested(DEAD_LETTER_SCHEMA.field(c).type)
+            ]
+            raise ValueError(
+                f"cannot summarise by {nested}: they hold maps or lists; group by columns of "
+                f"single values: {groupable}"
+            )
+        repeated = sorted({c for c in by if list(by).count(c) > 1})
+        if repeated:
+            raise ValueError(f"cannot summarise by {repeated} twice: name each column once")
         frame = self.to_arrow(filter).select(list(dict.fromkeys([*by, "dead_lettered_at"])))
         df = frame.to_pandas()
         keys = list(by)
