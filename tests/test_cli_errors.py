@@ -192,3 +192,16 @@ def test_a_replay_refused_by_a_replica_says_what_stays_claimed(
     code, out, _ = run(capsys, *replay, "--url", redis_url, "--again")
     assert code == 0, out
     assert r.xlen(f"{PREFIX}-replay:orders") == 3
+
+
+def test_a_database_the_server_lacks_is_named_by_the_flag(
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "status", "--url", redis_url.removesuffix("/0") + "/99")
+    host = redis_url.removeprefix("redis://").removesuffix("/0")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"atlasbus status: error: --url selects database 99, which Redis at {host} does not "
+        "have (DB index is out of range): use an index below the server's 'databases' setting "
+        "(16 by default), e.g. /0\n"
+    )

@@ -493,8 +493,8 @@ def test_cli_errors_are_one_line_without_the_password(
         (
             ["--url", redis_url, "--prefix", prefix, "--topics", "config"],
             f"atlasbus trim: error: key '{prefix}:config' on Redis at 127.0.0.1:{port} is a "
-            "string, not a stream: atlasbus trims only streams; check the stream prefix and "
-            "topics",
+            "string, not a stream: atlasbus trims only streams; check --stream-prefix and "
+            "--topics",
         ),
         (
             ["--url", f"redis://nobody:Sekr3tPw@127.0.0.1:{port}/0", "--prefix", prefix],

@@ -27,9 +27,11 @@ RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 COMMAND = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
 
 
-def run_command(*args: str) -> subprocess.CompletedProcess[str]:
-    """``atlasbus spark-home`` with ``args``, as a user runs it: its exit status and output."""
-    return subprocess.run([*COMMAND, *args], capture_output=True, text=True)
+def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``atlasbus spark-home`` with ``args`` (and ``env`` added to the environment), as a user
+    runs it: its exit status and output."""
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, env=environment)
 
 
 def test_the_copy_s_pyspark_zip_is_imported_from_bytecode(tmp_path: Path) -> None:
@@ -95,8 +97,20 @@ def test_the_command_says_what_is_wrong_with_its_spark_home(tmp_path: Path) -> N
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == (
-        f"atlasbus spark-home: error: {tmp_path} has no python/lib/pyspark.zip: pass "
-        "--spark-home a Spark installation (or pip's pyspark package directory)\n"
+        f"atlasbus spark-home: error: {tmp_path} (from --spark-home) has no "
+        "python/lib/pyspark.zip: pass --spark-home a Spark installation (or pip's pyspark "
+        "package directory)\n"
+    )
+
+
+def test_the_command_names_spark_home_from_the_environment(tmp_path: Path) -> None:
+    done = run_command(env={"SPARK_HOME": str(tmp_path)})
+
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"atlasbus spark-home: error: {tmp_path} (from $SPARK_HOME) has no "
+        "python/lib/pyspark.zip: pass --spark-home a Spark installation (or pip's pyspark "
+        "package directory)\n"
     )
 
 

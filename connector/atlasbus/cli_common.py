@@ -37,6 +37,8 @@ CLI_WORDING: Final = (
     ),
     ("and the streams", "and --topics / --stream-prefix"),
     ("replay those it does not hold with again=True", "replay those it does not hold with --again"),
+    ("check the stream prefix and topics", "check --stream-prefix and --topics"),
+    ("option 'url'", "--url"),  # last: what the entries above did not word already
 )
 """The core's words for what the command line calls by a flag, and the command line's words."""
 

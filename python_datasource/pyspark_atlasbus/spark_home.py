@@ -181,8 +181,11 @@ def _run(args: argparse.Namespace) -> int:
     spark_home = args.spark_home or installed_spark_home()
     cache = args.cache or cache_dir()
     if not (spark_home / ZIP).exists():
+        given = "--spark-home" if args.spark_home else "$SPARK_HOME"
+        if not args.spark_home and not os.environ.get("SPARK_HOME"):
+            given = "the installed pyspark"
         print(
-            f"atlasbus spark-home: error: {spark_home} has no {ZIP}: "
+            f"atlasbus spark-home: error: {spark_home} (from {given}) has no {ZIP}: "
             "pass --spark-home a Spark installation (or pip's pyspark package directory)",
             file=sys.stderr,
         )
