@@ -205,3 +205,25 @@ def test_a_database_the_server_lacks_is_named_by_the_flag(
         "have (DB index is out of range): use an index below the server's 'databases' setting "
         "(16 by default), e.g. /0\n"
     )
+
+
+def test_a_dry_run_replay_reaches_redis_as_the_real_run_would(
+    not_redis: str, redis_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It said 'would replay 3' whatever --url named: a wrong host, a wrong password."""
+    table = DeadLetterTable(tmp_path / "dlq")
+    table.append(
+        [
+            DeadLetter.for_row(
+                "too-big", "too big", write_id="w/-/0", row=i, topic="orders", payload="{}"
+            )
+            for i in range(3)
+        ]
+    )
+    replay = ("dlq", "replay", "--table", table.uri, "--dry-run", "--url")
+    code, out, err = run(capsys, *replay, not_redis)
+    assert (code, out) == (2, "")
+    assert NOT_REDIS in err and err.count("\n") == 1
+    code, out, err = run(capsys, *replay, redis_url)
+    assert (code, err) == (0, "")
+    assert "would replay 3 dead letter(s)" in out

@@ -178,6 +178,8 @@ def replay_dead_letters(
     chosen = [chosen[i] for i in keep]  # from here on: only what this run would publish
     keep = list(range(len(chosen)))
     batch = _input_batch(chosen)
+    if dry_run and keep:  # a dry run is a rehearsal: Redis must answer as the real run needs
+        options.endpoint.client()
     if dry_run or not keep:
         replayed = tuple(
             Replayed(
