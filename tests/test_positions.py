@@ -298,7 +298,13 @@ def test_a_batch_read_ends_at_ending_offsets_or_at_the_newest_entries(
     catalog = StreamCatalog(chosen.endpoint)
     assert ids(ending_offsets(catalog, chosen)) == {f"{prefix}:a": "2000-0", f"{prefix}:b": "0-0"}
     bounded = options(redis_url, prefix, endingOffsets=json.dumps({"a": "1500-0"}))
-    assert ids(ending_offsets(catalog, bounded)) == {f"{prefix}:a": "1500-0"}
+    assert ids(ending_offsets(catalog, bounded)) == {f"{prefix}:a": "1500-0", f"{prefix}:b": "0-0"}
+    # a stream endingOffsets does not list is read to its newest entry (it was left out)
+    add(r, f"{prefix}:b", "3000-0")
+    assert ids(ending_offsets(catalog, bounded)) == {
+        f"{prefix}:a": "1500-0",
+        f"{prefix}:b": "3000-0",
+    }
 
 
 def test_options_for_the_other_kind_of_read_are_refused_naming_them(redis_url: str) -> None:

@@ -186,9 +186,9 @@ def _without_unread_new_streams(
 
 
 def ending_offsets(catalog: StreamCatalog, options: SourceOptions) -> dict[str, EntryId]:
-    """A batch read's end: ``endingOffsets``, or each stream's newest entry."""
-    if options.ending is not None:
-        return dict(options.ending)
-    streams = catalog.discover(options.subscription)
-    infos = catalog.info(streams)
-    return {stream: last_position(infos[stream]) for stream in streams}
+    """A batch read's end: ``endingOffsets``, else (and for a stream it does not list, as an
+    unlisted stream of ``startingOffsets`` starts at its default) each stream's newest entry."""
+    given = dict(options.ending or {})
+    streams = [s for s in catalog.discover(options.subscription) if s not in given]
+    infos = catalog.info(streams) if streams else {}
+    return {**{stream: last_position(infos[stream]) for stream in streams}, **given}
