@@ -151,11 +151,12 @@ def test_json_offsets_earliest_per_topic_and_exact_entries(
 ) -> None:
     add(r, f"{prefix}:a", "1000-0", "2000-0")
     add(r, f"{prefix}:b", "1000-0")
-    offsets = json.dumps({"a": "2000-0", "b": "earliest"})
-    chosen = options(redis_url, prefix, startingOffsets=offsets)
-    assert ids(starting_offsets(StreamCatalog(chosen.endpoint), chosen)) == {
-        f"{prefix}:a": "2000-0"
-    }
+    for earliest in ("earliest", "EARLIEST", " Earliest"):  # any case, as the option's own
+        offsets = json.dumps({"a": "2000-0", "b": earliest})
+        chosen = options(redis_url, prefix, startingOffsets=offsets)
+        assert ids(starting_offsets(StreamCatalog(chosen.endpoint), chosen)) == {
+            f"{prefix}:a": "2000-0"
+        }
 
 
 def test_create_group_false_leaves_redis_unchanged(

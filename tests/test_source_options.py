@@ -152,6 +152,11 @@ BAD_OPTIONS = [
         "startingOffsets=latest for all topics, or give an entry ID",
     ),
     (
+        {"topics": "a", "startingOffsets": '{"a": "Latest"}'},
+        "option 'startingOffsets': 'latest' per topic is not supported (topic 'a'); use "
+        "startingOffsets=latest for all topics, or give an entry ID",
+    ),
+    (
         {"topics": "a", "startingOffsets": "{}"},
         'option \'startingOffsets\' must be a non-empty JSON object like {"topic": "1700000000000-0"}',
     ),

@@ -420,9 +420,10 @@ def _parse_offsets_json(
                 f"as {key!r}; keep one"
             )
         named_by[stream] = key
-        if allow_keywords and value == "earliest":
+        keyword = value.strip().lower() if isinstance(value, str) else None
+        if allow_keywords and keyword == "earliest":  # any case, as the option's own keywords
             continue
-        if allow_keywords and value == "latest":
+        if allow_keywords and keyword == "latest":
             raise ConfigurationError(
                 f"option '{name}': 'latest' per topic is not supported (topic {key!r}); use "
                 "startingOffsets=latest for all topics, or give an entry ID"
