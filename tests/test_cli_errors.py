@@ -165,18 +165,24 @@ def test_status_with_a_table_path_that_is_a_file(
     assert err.count("\n") == 1
 
 
-def test_a_replay_refused_by_a_replica_says_what_stays_claimed(
-    r: redis.Redis, redis_url: str, replica: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    table = DeadLetterTable(tmp_path / "dlq")
+def replayable_letters(path: Path, count: int) -> DeadLetterTable:
+    """A dead-letter table of ``count`` sink rejections of topic orders, each replayable."""
+    table = DeadLetterTable(path)
     table.append(
         [
             DeadLetter.for_row(
                 "too-big", "row too big", write_id="w/-/0", row=i, topic="orders", payload="{}"
             )
-            for i in range(3)
+            for i in range(count)
         ]
     )
+    return table
+
+
+def test_a_replay_refused_by_a_replica_says_what_stays_claimed(
+    r: redis.Redis, redis_url: str, replica: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    table = replayable_letters(tmp_path / "dlq", 3)
     replay = ("dlq", "replay", "--table", table.uri, "--prefix", f"{PREFIX}-replay")
     code, _, err = run(capsys, *replay, "--url", replica)
     assert code == 2
@@ -211,15 +217,7 @@ def test_a_dry_run_replay_reaches_redis_as_the_real_run_would(
     not_redis: str, redis_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """It said 'would replay 3' whatever --url named: a wrong host, a wrong password."""
-    table = DeadLetterTable(tmp_path / "dlq")
-    table.append(
-        [
-            DeadLetter.for_row(
-                "too-big", "too big", write_id="w/-/0", row=i, topic="orders", payload="{}"
-            )
-            for i in range(3)
-        ]
-    )
+    table = replayable_letters(tmp_path / "dlq", 3)
     replay = ("dlq", "replay", "--table", table.uri, "--dry-run", "--url")
     code, out, err = run(capsys, *replay, not_redis)
     assert (code, out) == (2, "")
