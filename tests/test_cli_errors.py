@@ -225,3 +225,26 @@ def test_a_dry_run_replay_reaches_redis_as_the_real_run_would(
     code, out, err = run(capsys, *replay, redis_url)
     assert (code, err) == (0, "")
     assert "would replay 3 dead letter(s)" in out
+
+
+def test_a_sweep_of_streams_that_do_not_exist_says_so(
+    r: redis.Redis, redis_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Redis answers NOGROUP for an absent stream too: the group was blamed before."""
+    sweep = ("dlq", "sweep", "--url", redis_url, "--prefix", PREFIX, "--group", "workers")
+    flags = ("--max-deliveries", "3", "--table", str(tmp_path / "dlq"))
+    code, _, err = run(capsys, *sweep, "--topics", "nope", *flags)
+    assert code == 2
+    assert err == (
+        f"atlasbus dlq: error: none of the streams swept exists ({PREFIX}:nope): check "
+        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')\n"
+    )
+    r.xadd(f"{PREFIX}:groupless", {"n": "1"})
+    code, _, err = run(capsys, *sweep, "--topics", "groupless,nope", *flags)
+    assert code == 2
+    assert err == (
+        f"atlasbus dlq: error: --group: consumer group 'workers' does not exist on any of the "
+        f"streams swept ({PREFIX}:groupless); these streams do not exist: {PREFIX}:nope. Check "
+        "the group name (XINFO GROUPS <stream> lists a stream's groups) and --topics / "
+        "--stream-prefix\n"
+    )

@@ -404,8 +404,8 @@ def test_a_group_on_none_of_the_streams_is_an_error_naming_it(
         )
     assert str(raised.value) == (
         "option 'sweepGroup': consumer group 'wokers' does not exist on any of the streams "
-        f"swept ({prefix}:orders, {prefix}:absent). Check the group name (XINFO GROUPS "
-        "<stream> lists a stream's groups) and the streams"
+        f"swept ({prefix}:orders); these streams do not exist: {prefix}:absent. Check the "
+        "group name (XINFO GROUPS <stream> lists a stream's groups) and the streams"
     )
     assert not (tmp_path / "dlq").exists()
 

@@ -308,7 +308,10 @@ def sweep_retry_exhausted(
         found = find_exhausted(endpoint, policy, cursors, page_size=page_size)
         without.update(dict.fromkeys(found.without_group))
         if first and require_group and sums and len(without) == len(sums):
-            raise ConfigurationError(_no_group(policy.group, list(sums)))
+            swept = list(sums)
+            exists = _pipeline(endpoint, [("EXISTS", stream) for stream in swept])
+            absent = [stream for stream, found in zip(swept, exists, strict=True) if not found]
+            raise ConfigurationError(_no_group(policy.group, swept, absent))
         first = False
         done = _tally_found(found)
         if found.entries and not dry_run:
@@ -369,11 +372,20 @@ def _tally_done(
     return done
 
 
-def _no_group(group: str, streams: Sequence[str]) -> str:
+def _no_group(group: str, streams: Sequence[str], absent: Sequence[str]) -> str:
+    """Redis answers NOGROUP for a stream that does not exist too: say which it was."""
+    if len(absent) == len(streams):
+        return (
+            f"none of the streams swept exists ({', '.join(streams)}): check the streams swept "
+            "(options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a topic names the "
+            "stream '{streamPrefix}:{topic}')"
+        )
+    present = [stream for stream in streams if stream not in absent]
+    missing = f"; these streams do not exist: {', '.join(absent)}" if absent else ""
     return (
         f"option '{keys.SWEEP_GROUP}': consumer group {group!r} does not exist on any of the "
-        f"streams swept ({', '.join(streams)}). Check the group name (XINFO GROUPS <stream> "
-        "lists a stream's groups) and the streams"
+        f"streams swept ({', '.join(present)}){missing}. Check the group name (XINFO GROUPS "
+        "<stream> lists a stream's groups) and the streams"
     )
 
 
