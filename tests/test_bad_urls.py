@@ -283,6 +283,14 @@ def test_good_urls_pass(tmp_path: Path) -> None:
         "redis://u:p@localhost:6379/15?socket_timeout=2.5&socket_connect_timeout=1",
         f"rediss://h:6380/0?ssl_cert_reqs=required&ssl_ca_certs={ca}&ssl_check_hostname=true",
         "unix:///var/run/redis.sock?db=3",
+        "unix:///tmp/inst@main/redis.sock",  # an @ in the socket's path
+        "unix://localhost/tmp/redis.sock",  # redis-py ignores the host
+        "redis://h:6379/0?client_name=svc@host",  # an @ in a parameter's value
+        f"rediss://h:6380/0?ssl_certfile={ca}&ssl_keyfile={ca}&ssl_password=p@ss",
+        "redis://h:6379/0?client_name=",  # empty: redis-py names no client
+        "redis://[::1]:6379/0",
+        "redis://user@h:6379/0",
+        "redis://:p%40ss%23w%2Frd@h:6379/0",
     ):
         RedisEndpoint.from_options(url, None, None)
     assert RedisEndpoint.from_options("redis://h/7", None, None).database == 7
@@ -305,6 +313,13 @@ def test_good_urls_pass(tmp_path: Path) -> None:
             "rediss://h:6380/0?protocol=3&ssl_password=s3&db=1",
             "rediss://h:6380/0?protocol=3&ssl_password=***&db=1",
         ),
+        # an @ in a parameter's value is not the end of a user part
+        ("rediss://u:pw@h?ssl_password=TOP@SECRET", "rediss://u:***@h?ssl_password=***"),
+        ("rediss://h?ssl%5Fpassword=TOPSECRET", "rediss://h?ssl%5Fpassword=***"),
+        ("rediss://h?SSL_PASSWORD=TOPSECRET", "rediss://h?SSL_PASSWORD=***"),
+        ("redis://:pa?ss@h:6379/0", "redis://:***@h:6379/0"),
+        ("unix:///tmp/inst@main/r.sock", "unix:///tmp/inst@main/r.sock"),
+        ("default:SECRET@host:6379", "default:***@host:6379"),
     ],
 )
 def test_a_socket_url_is_shown_as_written_without_its_secrets(url: str, shown: str) -> None:

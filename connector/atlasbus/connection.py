@@ -59,7 +59,6 @@ URL_PARAMETERS: dict[str, str] = {
     "ssl_min_version": "an integer (ssl.TLSVersion)",
 }
 _SECRET_PARAMS = ("ssl_password",)
-_SECRET_QUERY = re.compile(r"((?:^|[?&])ssl_password=)[^&#]*")
 # Parameters redis-py's connection for the scheme takes; any other fails at connect with a
 # TypeError, so it is refused with the URL instead.
 _TLS_ONLY_PARAMS = tuple(name for name in URL_PARAMETERS if name.startswith("ssl_"))
@@ -467,21 +466,47 @@ def _scrub(message: str, endpoint: RedisEndpoint) -> str:
 def shown_url(url: str) -> str:
     """The URL with its password and any ``ssl_password`` replaced by ``***``: safe to print.
 
-    Works on the text, not on ``urlsplit``'s reading of it: a password holding an unencoded
-    ``#``, ``/`` or ``?`` splits the URL elsewhere, and the password would be shown whole. So
-    everything up to the last ``@`` after the scheme is the user and password; a user part
-    holding such a character is hidden too.
+    Works on the text, not on ``urlsplit``'s reading of it, and hides too much rather than too
+    little: ``ssl_password`` wherever a parameter could start (its name percent-encoded too); a
+    password holding an unencoded ``#``, ``/`` or ``?`` cuts the URL before its ``@`` for
+    ``urlsplit``, so when the place has no ``@`` the last ``@`` after it ends the user part.
     """
+    url = _without_secret_parameters(url)
     scheme, separator, rest = url.partition("://")
-    if separator and "@" in rest:
-        userinfo, _, place = rest.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        if any(character in user for character in "/?#"):
-            userinfo = "***"
-        elif colon:
-            userinfo = f"{user}:***"
-        url = f"{scheme}://{userinfo}@{place}"
-    return _SECRET_QUERY.sub(r"\1***", url)
+    if not separator:  # not a URL at all ("user:password@host:6379"): shown in its refusal
+        scheme, rest = "", url
+    if "@" not in rest:
+        return url
+    place = rest[: _place_end(rest)]
+    if "@" in place:
+        at = place.rfind("@")
+    elif place or scheme.lower() != "unix":  # unix:///path: an @ there is the socket's path
+        at = rest.rfind("@")
+    else:
+        return url
+    userinfo = rest[:at]
+    user, colon, _ = userinfo.partition(":")
+    if any(character in user for character in "/?#"):
+        userinfo = "***"
+    elif colon:
+        userinfo = f"{user}:***"
+    return f"{scheme}{separator}{userinfo}@{rest[at + 1 :]}"
+
+
+def _place_end(rest: str) -> int:
+    """Where the host part of a URL's text after ``://`` ends: its first ``/``, ``?`` or ``#``."""
+    ends = [index for index in (rest.find(c) for c in "/?#") if index >= 0]
+    return min(ends, default=len(rest))
+
+
+def _without_secret_parameters(url: str) -> str:
+    """``url`` with the value of every ``ssl_password`` (any case, name decoded) as ``***``."""
+    pieces = re.split(r"([?&])", url)
+    for index in range(2, len(pieces), 2):
+        name, equals, _ = pieces[index].partition("=")
+        if equals and unquote(name).lower() in _SECRET_PARAMS:
+            pieces[index] = f"{name}=***"
+    return "".join(pieces)
 
 
 def _joined_url(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
@@ -523,7 +548,10 @@ def _checked_url(url: str, origin: str) -> str:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed IPv6 bracket
         raise ConfigurationError(f"{origin} is not a valid URL ({exc}), got {shown!r}") from None
-    if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+    rest = url.partition("://")[2]
+    after_place = rest[_place_end(rest) :].partition("?")[0]  # an @ in the query is a value's
+    in_socket_path = kind == "unix" and after_place.startswith("/")
+    if "@" in after_place and not in_socket_path:
         raise ConfigurationError(
             f"{origin} holds a user or password with a character that must be percent-encoded, "
             f"got {shown!r}: write # as %23, / as %2F, ? as %3F, @ as %40 (or pass the password "
@@ -535,7 +563,7 @@ def _checked_url(url: str, origin: str) -> str:
             raise ConfigurationError(
                 f"{origin} names no socket path, got {shown!r}: write unix:///path/to/redis.sock"
             )
-        if place:
+        if place not in ("", "localhost"):  # redis-py ignores the host of a socket URL
             raise ConfigurationError(
                 f"{origin} names a host ({place!r}) before the socket path, got {shown!r}: a "
                 "socket URL has three slashes, unix:///path/to/redis.sock"
@@ -601,8 +629,8 @@ def _parameter_problem(name: str, value: str) -> str | None:
     if name in ("socket_keepalive", "ssl_check_hostname"):
         # no stripping: redis-py reads anything but a false word, " false" too, as true
         return None if value.lower() in _BOOLEANS else "which is not a boolean"
-    if name == "client_name":
-        printable = value and all(33 <= ord(character) <= 126 for character in value)
+    if name == "client_name":  # empty: redis-py names no client
+        printable = all(33 <= ord(character) <= 126 for character in value)
         return None if printable else "which holds a space or a character Redis refuses"
     if name == "ssl_cert_reqs":
         return None if value in _CERT_REQS else "which is not a certificate requirement"
