@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,3 +250,15 @@ def test_a_sweep_of_streams_that_do_not_exist_says_so(
         "the group name (XINFO GROUPS <stream> lists a stream's groups) and --topics / "
         "--stream-prefix\n"
     )
+
+
+def test_a_reader_gone_from_the_output_is_not_a_table_error(tmp_path: Path) -> None:
+    """``atlasbus dlq show ... | head``: the broken pipe was reported as the table's fault."""
+    table = replayable_letters(tmp_path / "dlq", 3)
+    command = [sys.executable, "-m", "pyspark_atlasbus.cli", "dlq", "show", "--table", table.uri]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the command writes its first line (it takes a second)
+    err = process.stderr.read()
+    assert process.wait(timeout=120) == 1
+    assert err == ""

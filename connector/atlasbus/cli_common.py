@@ -7,6 +7,8 @@ so ``cli_wording`` rewrites the one into the other. Runs in the command line's p
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import textwrap
 from collections.abc import Sequence
 from datetime import datetime
@@ -41,6 +43,19 @@ CLI_WORDING: Final = (
     ("option 'url'", "--url"),  # last: what the entries above did not word already
 )
 """The core's words for what the command line calls by a flag, and the command line's words."""
+
+
+def output_gone() -> int:
+    """Exit status 1, quietly, when the reader of standard output went away (``| head``).
+
+    Standard output then points at /dev/null, so Python's flush at exit does not fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's buffer): nothing to redirect
+        pass
+    return 1
 
 
 def first_line(exc: BaseException) -> str:

@@ -34,6 +34,7 @@ from atlasbus.cli_common import (
     first_line,
     format_table,
     non_empty,
+    output_gone,
     positive,
     subscription_from_flags,
 )
@@ -324,6 +325,8 @@ def _guard(out: TextIO, action: Callable[[], int]) -> int:
         message = cli_wording(str(exc))
     except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
         message = f"Redis replied: {first_line(exc)}"
+    except BrokenPipeError:  # the reader of the output went away (| head): nothing to say
+        return output_gone()
     except (DeltaError, OSError) as exc:  # delta-rs, DataFusion, an object store: the table
         message = f"cannot use the table (check --table, and --where if given): {first_line(exc)}"
     sys.stderr.write(f"atlasbus dlq: error: {message}\n")

@@ -28,6 +28,7 @@ from atlasbus.cli_common import (
     endpoint_from_flag,
     first_line,
     non_empty,
+    output_gone,
     positive,
 )
 from atlasbus.errors import AtlasbusError
@@ -107,6 +108,8 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return _error(cli_wording(str(exc)))
     except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
         return _error(f"Redis replied: {first_line(exc)}")
+    except BrokenPipeError:  # the reader of the output went away (| head): nothing to say
+        return output_gone()
     except (DeltaError, OSError) as exc:  # from delta-rs: a table or a store it cannot read
         if args.table is None:
             raise
