@@ -1,4 +1,5 @@
-"""``atlasbus dlq``: what it prints names its flags, its help keeps words whole; no Spark, no Redis.
+"""``atlasbus dlq``: what it prints names its flags, its help keeps words whole; no Spark (Redis only
+for a dry run, which connects as the real run would).
 
 (Runs against Redis and the full show/summary/replay round trip: test_dead_letter_replay.py.)
 """
@@ -210,15 +211,17 @@ def test_refused_credentials_are_worded_for_the_command_line() -> None:
 
 
 def test_replay_refusals_say_use_again_and_limit_skips_what_was_replayed(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, redis_url: str
 ) -> None:
+    """A dry run publishes nothing, but reaches --url as the real run would."""
     dlq = DeadLetterTable(tmp_path / "dlq")
     made = letters(6)
     dlq.append(made)
     ids = [x.dead_letter_id for x in made]  # oldest first
     dlq.mark_replayed(ids[:3], ["1-1", "1-2", "1-3"], T0)
 
-    code, out, _ = run(capsys, "replay", "--table", dlq.uri, "--limit", "2", "--dry-run")
+    replay = ("replay", "--url", redis_url, "--table", dlq.uri)
+    code, out, _ = run(capsys, *replay, "--limit", "2", "--dry-run")
     lines = out.splitlines()
     assert code == 1  # the older, replayed ones are reported as not replayed
     assert [line.split()[0] for line in lines[2:4]] == [i[:12] for i in ids[3:5]]
@@ -230,9 +233,7 @@ def test_replay_refusals_say_use_again_and_limit_skips_what_was_replayed(
 
     code, out, _ = run(
         capsys,
-        "replay",
-        "--table",
-        dlq.uri,
+        *replay,
         "--where",
         "replay_count = 0",
         "--limit",
