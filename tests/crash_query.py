@@ -3,7 +3,8 @@
 Reads topics ``a`` and ``b`` with small partitions and writes either to the atlasbus sink
 (topic ``target``), to Spark's parquet sink, or to Spark's Delta sink (``format("delta")``,
 needing the Delta Lake jars ``local_session`` loads), on a checkpoint that survives the kills.
-``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group).
+``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group;
+``topicPattern`` instead of the topics).
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
 prints ``DONE`` and exits.
 """
@@ -35,13 +36,15 @@ def main() -> None:
 
     # the Delta Lake jars only where the sink needs them: the other runs start as before
     spark = local_session("atlasbus-crash", driver_memory="1g", delta=args.sink == "delta")
+    options = dict(option.split("=", 1) for option in args.source_option)
+    if "topicPattern" not in options:  # else the pattern names the topics
+        options["topics"] = "a,b"
     source = (
         spark.readStream.format("atlasbus")
         .option("url", args.url)
         .option("streamPrefix", args.prefix)
-        .option("topics", "a,b")
         .option("maxEntriesPerPartition", "700")
-        .options(**dict(option.split("=", 1) for option in args.source_option))
+        .options(**options)
         .load()
     )
     if args.sink == "atlasbus":

@@ -152,8 +152,8 @@ def _commits(checkpoint: Path) -> int:
 @pytest.mark.spark
 @pytest.mark.parametrize(
     "extra",
-    [[], ["maxEntriesPerTrigger=1500"], ["startingOffsets=group"]],
-    ids=["all-available", "maxEntriesPerTrigger", "group-start"],
+    [[], ["maxEntriesPerTrigger=1500"], ["startingOffsets=group"], ["topicPattern=[ab]"]],
+    ids=["all-available", "maxEntriesPerTrigger", "group-start", "topicPattern"],
 )
 def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_nothing(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path, extra: list[str]
