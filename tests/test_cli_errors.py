@@ -252,11 +252,21 @@ def test_a_sweep_of_streams_that_do_not_exist_says_so(
     )
 
 
-def test_a_reader_gone_from_the_output_is_not_a_table_error(tmp_path: Path) -> None:
-    """``atlasbus dlq show ... | head``: the broken pipe was reported as the table's fault."""
-    table = replayable_letters(tmp_path / "dlq", 3)
-    command = [sys.executable, "-m", "pyspark_atlasbus.cli", "dlq", "show", "--table", table.uri]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("command", ["dlq show", "status", "trim"])
+def test_a_reader_gone_from_the_output_ends_the_command_quietly(
+    command: str, r: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """``atlasbus ... | head``: dlq reported the broken pipe as the table's fault, trim ended in
+    a traceback."""
+    r.xadd(f"{PREFIX}:orders", {"n": "1"})
+    if command == "dlq show":
+        flags = ["--table", replayable_letters(tmp_path / "dlq", 3).uri]
+    else:
+        flags = ["--url", redis_url, "--stream-prefix", PREFIX] + (
+            ["--dry-run"] if command == "trim" else []
+        )
+    argv = [sys.executable, "-m", "pyspark_atlasbus.cli", *command.split(), *flags]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # before the command writes its first line (it takes a second)
     err = process.stderr.read()

@@ -10,12 +10,14 @@ import argparse
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+import redis
+
 from atlasbus.connection import RedisEndpoint
-from atlasbus.errors import ConfigurationError
+from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.option_reader import OptionReader
 from atlasbus.source_options import Subscription
@@ -43,6 +45,34 @@ CLI_WORDING: Final = (
     ("option 'url'", "--url"),  # last: what the entries above did not word already
 )
 """The core's words for what the command line calls by a flag, and the command line's words."""
+
+
+def guarded(
+    prog: str,
+    action: Callable[[], int],
+    *,
+    store_errors: tuple[type[BaseException], ...] = (),
+    store_advice: str = "",
+) -> int:
+    """Run a command's ``action``; the errors a user can act on as one line, exit status 2.
+
+    Errors are worded by flag (``cli_wording``); a reply of Redis's that ``translate_errors``
+    leaves as it is (OOM, say) is quoted. ``store_errors`` are what a command's dead-letter
+    table raises (delta-rs, an object store), prefixed by ``store_advice``. A reader of the
+    output that went away (``| head``) ends the command quietly.
+    """
+    try:
+        return int(action())
+    except (AtlasbusError, ValueError) as exc:
+        message = cli_wording(str(exc))
+    except redis.RedisError as exc:
+        message = f"Redis replied: {first_line(exc)}"
+    except BrokenPipeError:
+        return output_gone()
+    except store_errors as exc:
+        message = f"{store_advice}: {first_line(exc)}"
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    return 2
 
 
 def output_gone() -> int:

@@ -21,20 +21,17 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-import redis
 from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
     HelpFormatter,
     add_bus_flags,
     cell,
-    cli_wording,
     duration,
     endpoint_from_flag,
-    first_line,
     format_table,
+    guarded,
     non_empty,
-    output_gone,
     positive,
     subscription_from_flags,
 )
@@ -319,18 +316,12 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
 
 def _guard(out: TextIO, action: Callable[[], int]) -> int:
     """Known errors as one line on stderr (in the command line's words) and exit status 2."""
-    try:
-        return int(action())
-    except (AtlasbusError, ValueError) as exc:
-        message = cli_wording(str(exc))
-    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
-        message = f"Redis replied: {first_line(exc)}"
-    except BrokenPipeError:  # the reader of the output went away (| head): nothing to say
-        return output_gone()
-    except (DeltaError, OSError) as exc:  # delta-rs, DataFusion, an object store: the table
-        message = f"cannot use the table (check --table, and --where if given): {first_line(exc)}"
-    sys.stderr.write(f"atlasbus dlq: error: {message}\n")
-    return 2
+    return guarded(
+        "atlasbus dlq",
+        action,
+        store_errors=(DeltaError, OSError),  # delta-rs, DataFusion, an object store: the table
+        store_advice="cannot use the table (check --table, and --where if given)",
+    )
 
 
 def run_sweep(args: argparse.Namespace, out: TextIO | None = None) -> int:

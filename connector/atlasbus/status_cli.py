@@ -18,17 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import redis
 from deltalake.exceptions import DeltaError
 
 from atlasbus.cli_common import (
     HelpFormatter,
     add_bus_flags,
-    cli_wording,
     endpoint_from_flag,
-    first_line,
+    guarded,
     non_empty,
-    output_gone,
     positive,
 )
 from atlasbus.errors import AtlasbusError
@@ -101,26 +98,15 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Print the status once, or every ``--watch`` seconds; exit status 2 on an error."""
     out = out or sys.stdout
     try:
-        return _status(args, out)
+        return guarded(
+            "atlasbus status",
+            lambda: _status(args, out),
+            # from delta-rs: a table or a store it cannot read
+            store_errors=(DeltaError, OSError) if args.table is not None else (),
+            store_advice=f"cannot read the dead-letter table {args.table!r} (check --table)",
+        )
     except KeyboardInterrupt:  # the way to stop --watch
         return 0
-    except (AtlasbusError, ValueError) as exc:
-        return _error(cli_wording(str(exc)))
-    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
-        return _error(f"Redis replied: {first_line(exc)}")
-    except BrokenPipeError:  # the reader of the output went away (| head): nothing to say
-        return output_gone()
-    except (DeltaError, OSError) as exc:  # from delta-rs: a table or a store it cannot read
-        if args.table is None:
-            raise
-        return _error(
-            f"cannot read the dead-letter table {args.table!r} (check --table): {first_line(exc)}"
-        )
-
-
-def _error(message: str) -> int:
-    sys.stderr.write(f"atlasbus status: error: {message}\n")
-    return 2
 
 
 def _status(args: argparse.Namespace, out: TextIO) -> int:

@@ -14,19 +14,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import redis
-
 from atlasbus.cli_common import (
     HelpFormatter,
     add_bus_flags,
-    cli_wording,
     endpoint_from_flag,
-    first_line,
     format_table,
+    guarded,
     subscription_from_flags,
 )
 from atlasbus.entry_id import EntryId
-from atlasbus.errors import AtlasbusError
 from atlasbus.retention import DRY_RUN_COUNT_LIMIT, TrimResult, trim_consumed
 from atlasbus.streams import StreamCatalog
 
@@ -63,18 +59,15 @@ def register(subparsers: Any) -> None:
 def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Exit status 0 when done (also when nothing went), 2 on an error (one line on stderr)."""
     out = out or sys.stdout
-    try:
-        endpoint = endpoint_from_flag(args.url)
-        subscription = subscription_from_flags(args)
-        streams = StreamCatalog(endpoint).discover(subscription)
-        positions: dict[str, EntryId | None] = dict.fromkeys(streams)
-        results = trim_consumed(endpoint, positions, dry_run=args.dry_run)
-    except (AtlasbusError, ValueError) as exc:
-        sys.stderr.write(f"{PROG}: error: {cli_wording(str(exc))}\n")
-        return 2
-    except redis.RedisError as exc:  # a reply translate_errors leaves as it is (e.g. OOM)
-        sys.stderr.write(f"{PROG}: error: Redis replied: {first_line(exc)}\n")
-        return 2
+    return guarded(PROG, lambda: _trim(args, out))
+
+
+def _trim(args: argparse.Namespace, out: TextIO) -> int:
+    endpoint = endpoint_from_flag(args.url)
+    subscription = subscription_from_flags(args)
+    streams = StreamCatalog(endpoint).discover(subscription)
+    positions: dict[str, EntryId | None] = dict.fromkeys(streams)
+    results = trim_consumed(endpoint, positions, dry_run=args.dry_run)
     write_report(results, out, prefix=args.stream_prefix, dry_run=args.dry_run)
     return 0
 
