@@ -219,8 +219,66 @@ class RedisEndpoint:
             **_library_identity(),
         )
         with translate_errors(self):
-            client.ping()
+            mode = _server_mode(client)
+        if mode not in (None, "standalone"):
+            client.close()
+            raise ConfigurationError(_unsupported_mode(self, mode))
         return client
+
+
+def _server_mode(client: redis.Redis) -> str | None:
+    """What the server runs as (HELLO's ``mode``: standalone, cluster or sentinel), checking
+    that it answers; None when it does not say (a server without HELLO: a PING checks then).
+
+    A RESP3 connection (redis-py 7+'s default) has the reply to the HELLO it opened with; a
+    RESP2 one asks, in the protocol it speaks, which changes nothing.
+    """
+    import redis
+
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        reply = connection.handshake_metadata
+        if reply is None:
+            connection.send_command("HELLO", connection.protocol or 2)
+            reply = connection.read_response()
+    except redis.ResponseError:  # an unknown (renamed) command: the reply was read whole
+        reply = None
+    except BaseException:
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        raise
+    finally:
+        pool.release(connection)
+    if reply is None:
+        client.ping()
+        return None
+    # a map under RESP3; a flat list of names and values under RESP2
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=False)
+    fields: dict[Any, Any] = dict(pairs)
+    mode = fields.get(b"mode", fields.get("mode"))
+    return mode.decode(errors="replace") if isinstance(mode, bytes) else mode
+
+
+def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
+    """Why a server in cluster or sentinel mode is refused, and where to point instead."""
+    if mode == "cluster":
+        return (
+            f"Redis at {endpoint.description} runs in cluster mode, which atlasbus does not "
+            "support yet: it would miss the streams other nodes hold and fail on keys in "
+            "their slots (MOVED), and the exactly-once sink's transactions span several "
+            "keys (CROSSSLOT). Point option 'url' (or $REDIS_URL) at a standalone Redis "
+            "(a primary, with or without replicas)"
+        )
+    if mode == "sentinel":
+        return (
+            f"Redis at {endpoint.description} is a Sentinel, which holds no streams: point "
+            "option 'url' (or $REDIS_URL) at the primary it monitors (SENTINEL "
+            "GET-MASTER-ADDR-BY-NAME <name> tells its address)"
+        )
+    return (
+        f"Redis at {endpoint.description} runs in {mode!r} mode; atlasbus reads and writes a "
+        "standalone Redis: point option 'url' (or $REDIS_URL) at one"
+    )
 
 
 def _retry() -> Any:

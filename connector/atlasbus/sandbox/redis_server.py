@@ -69,6 +69,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_cluster_port() -> int:
+    """A free port for a cluster node: Redis also listens 10,000 ports higher (its cluster
+    bus), so that one must be free and at most 65,535 too."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("found no free port whose cluster bus port (10,000 higher) is free")
+
+
 class RedisServer:
     """Start with ``start()`` (or ``with``); ``url`` is where it listens; ``stop()`` ends it.
 
@@ -78,6 +94,8 @@ class RedisServer:
     holds only the log, and is removed by ``stop()``.
 
     ``unix_socket=True`` also listens on ``redis.sock`` in ``folder``: ``unix_url``.
+    ``cluster_enabled=True`` starts it as a Redis Cluster node (its cluster state kept in
+    ``folder``), holding no slots until it is given some.
 
     ``appendonly=True`` turns the append-only file on (``appendfsync``: ``always``,
     ``everysec`` or ``no``), kept in ``folder``. ``kill()`` then ends the server as a crash
@@ -108,6 +126,7 @@ class RedisServer:
         tls_client_cert_file: str | Path | None = None,
         tls_client_key_file: str | Path | None = None,
         unix_socket: bool = False,
+        cluster_enabled: bool = False,
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be always, everysec or no, got {appendfsync!r}")
@@ -128,11 +147,12 @@ class RedisServer:
         self.tls_client_cert_file = tls_client_cert_file or tls_cert_file
         self.tls_client_key_file = tls_client_key_file or tls_key_file
         self.binary = binary or find_redis_server()
-        self.port = port or free_port()
+        self.port = port or (free_cluster_port() if cluster_enabled else free_port())
         scheme = "rediss" if self.tls else "redis"
         self.url = f"{scheme}://127.0.0.1:{self.port}/0"
         self.own_session = own_session
         self.unix_socket = unix_socket
+        self.cluster_enabled = cluster_enabled
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.folder: Path | None = None
@@ -170,6 +190,9 @@ class RedisServer:
         # fmt: on
         if self.unix_socket:
             command += ["--unixsocket", str(folder / "redis.sock"), "--unixsocketperm", "700"]
+        if self.cluster_enabled:
+            nodes = str(folder / "nodes.conf")
+            command += ["--cluster-enabled", "yes", "--cluster-config-file", nodes]
         if self.tls:
             # fmt: off
             command[1:3] = ["--port", "0", "--tls-port", str(self.port)]
