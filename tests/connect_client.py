@@ -1,0 +1,72 @@
+"""A Spark Connect client in its own process, for test_spark_connect.
+
+``SparkSession.builder.remote("local[2]")`` starts a local Spark Connect server in the process
+that asks for it, which the suite's classic session cannot share. This client imports only
+pyspark's Connect client: atlasbus is found by the server (installed where its Python workers
+run), as on a real Connect deployment. It writes through the sink, reads in a batch, runs a
+streaming query (into a parquet sink) twice on one checkpoint with more entries written in
+between, and sends a bad option; then prints one JSON line of what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> None:
+    url, prefix, checkpoint, output = sys.argv[1:5]
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # before the server's JVM starts
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    seen: dict[str, object] = {"session": type(spark).__module__}
+
+    def publish(numbers: range) -> None:
+        rows = [("orders", json.dumps({"n": n})) for n in numbers]
+        frame = spark.createDataFrame(rows, "topic string, payload string")
+        frame.write.format("atlasbus").mode("append").option("url", url).option(
+            "streamPrefix", prefix
+        ).save()
+
+    def read_stream() -> list[str]:
+        """Run the query until it has read what there is; every ID its parquet sink holds."""
+        query = (
+            spark.readStream.format("atlasbus")
+            .option("url", url)
+            .option("streamPrefix", prefix)
+            .option("topics", "orders")
+            .load()
+            .select("id")
+            .writeStream.format("parquet")
+            .option("path", output)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        return [row["id"] for row in spark.read.parquet(output).collect()]
+
+    publish(range(100))
+    batch = spark.read.format("atlasbus").option("url", url).option("streamPrefix", prefix)
+    rows = batch.option("topics", "orders").load().select("id", "payload").collect()
+    seen["batch"] = [[row["id"], row["payload"]] for row in rows]
+    seen["first_run"] = read_stream()
+    publish(range(100, 150))
+    seen["both_runs"] = read_stream()
+    try:
+        spark.read.format("atlasbus").option("url", url).option("topics", "orders").option(
+            "pageSize", "zero"
+        ).load().collect()
+    except Exception as exc:  # what the client raises for an error on the server
+        seen["error"] = str(exc)
+    seen["client_modules"] = sorted(
+        name for name in sys.modules if name.split(".")[0] in ("atlasbus", "pyspark_atlasbus")
+    )
+    spark.stop()
+    print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    main()
