@@ -1,9 +1,15 @@
-"""A Spark Connect client in its own process, for test_spark_connect.
+"""A Spark application in its own process, on a deployment the suite's session is not.
 
-``SparkSession.builder.remote("local[2]")`` starts a local Spark Connect server in the process
-that asks for it, which the suite's classic session cannot share. This client imports only
-pyspark's Connect client: atlasbus is found by the server (installed where its Python workers
-run), as on a real Connect deployment. It writes through the sink, reads in a batch, runs a
+``connect``: ``SparkSession.builder.remote("local[2]")`` starts a local Spark Connect server
+in the process that asks for it, which the suite's classic session cannot share. The client
+imports no atlasbus module: the server finds the data source by its name (atlasbus installed
+where its Python workers run), as on a real Connect deployment.
+
+``cluster``: master ``local-cluster[2,1,1024]``, a standalone cluster of two workers whose
+executors are JVMs of their own, each forking its own Python workers, as on a real cluster:
+the driver plans, and what a task needs travels in its pickled partition.
+
+Either way it writes through the sink (four tasks), reads the entries in a batch, runs a
 streaming query (into a parquet sink) twice on one checkpoint with more entries written in
 between, and sends a bad option; then prints one JSON line of what it saw.
 """
@@ -16,16 +22,26 @@ import sys
 
 
 def main() -> None:
-    url, prefix, checkpoint, output = sys.argv[1:5]
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # before the server's JVM starts
+    deployment, url, prefix, checkpoint, output = sys.argv[1:6]
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # before the JVM starts
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    if deployment == "connect":
+        spark = SparkSession.builder.remote("local[2]").getOrCreate()
+    else:
+        spark = (
+            SparkSession.builder.master("local-cluster[2,1,1024]")
+            .config("spark.python.daemon.module", "pyspark_atlasbus.worker_daemon")
+            .getOrCreate()
+        )
     seen: dict[str, object] = {"session": type(spark).__module__}
+    if deployment == "cluster":
+        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # the driver's too
+        seen["executors"] = status.size() - 1
 
     def publish(numbers: range) -> None:
         rows = [("orders", json.dumps({"n": n})) for n in numbers]
-        frame = spark.createDataFrame(rows, "topic string, payload string")
+        frame = spark.createDataFrame(rows, "topic string, payload string").repartition(4)
         frame.write.format("atlasbus").mode("append").option("url", url).option(
             "streamPrefix", prefix
         ).save()
@@ -37,6 +53,7 @@ def main() -> None:
             .option("url", url)
             .option("streamPrefix", prefix)
             .option("topics", "orders")
+            .option("maxEntriesPerPartition", "40")  # several tasks, on both executors
             .load()
             .select("id")
             .writeStream.format("parquet")
@@ -59,7 +76,7 @@ def main() -> None:
         spark.read.format("atlasbus").option("url", url).option("topics", "orders").option(
             "pageSize", "zero"
         ).load().collect()
-    except Exception as exc:  # what the client raises for an error on the server
+    except Exception as exc:  # what the application gets for an error in the data source
         seen["error"] = str(exc)
     seen["client_modules"] = sorted(
         name for name in sys.modules if name.split(".")[0] in ("atlasbus", "pyspark_atlasbus")

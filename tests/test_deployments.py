@@ -1,9 +1,8 @@
-"""atlasbus from a Spark Connect client: the sink, a batch read and a restarted streaming query.
+"""atlasbus from a Spark Connect client and on a Spark cluster (design.md promises both).
 
-The client (tests/connect_client.py, in its own process) starts a local Connect server and
-imports no atlasbus module; everything atlasbus does runs on the server, which finds the data
-source by its name as a classic session does. What landed in Redis is checked here, with
-redis-py, against what the client saw.
+Each runs in its own process (tests/deployment_client.py says how): the sink, a batch read
+and a streaming query restarted on its checkpoint. What landed in Redis is checked here, with
+redis-py, against what the application saw.
 """
 
 from __future__ import annotations
@@ -17,19 +16,31 @@ from pathlib import Path
 import pytest
 import redis
 
-CLIENT = str(Path(__file__).with_name("connect_client.py"))
-PREFIX = "connectbus"
+CLIENT = str(Path(__file__).with_name("deployment_client.py"))
+SESSION_MODULE = {
+    "connect": "pyspark.sql.connect.session",
+    "cluster": "pyspark.sql.session",
+}
 
 
 @pytest.mark.spark
-def test_sink_batch_and_resumed_stream_through_spark_connect(
-    r: redis.Redis, redis_url: str, tmp_path: Path
+@pytest.mark.parametrize("deployment", ["connect", "cluster"])
+def test_sink_batch_and_resumed_stream(
+    deployment: str, r: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    stream = f"{PREFIX}:orders"
+    stream = f"{deployment}bus:orders"
     r.delete(stream)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, CLIENT, redis_url, PREFIX, str(tmp_path / "ck"), str(tmp_path / "out")],
+        [
+            sys.executable,
+            CLIENT,
+            deployment,
+            redis_url,
+            f"{deployment}bus",
+            str(tmp_path / "ck"),
+            str(tmp_path / "out"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -37,13 +48,16 @@ def test_sink_batch_and_resumed_stream_through_spark_connect(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["session"] == "pyspark.sql.connect.session"
-    assert seen["client_modules"] == []  # the server found atlasbus; the client never loaded it
+    assert seen["session"] == SESSION_MODULE[deployment]
+    if deployment == "connect":  # the server found atlasbus; the client never loaded it
+        assert seen["client_modules"] == []
+    else:
+        assert seen["executors"] == 2
 
     entries = r.xrange(stream)
     ids = [entry_id.decode() for entry_id, _ in entries]
     numbers = [json.loads(fields[b"payload"])["n"] for _, fields in entries]
-    assert sorted(numbers) == list(range(150))  # the sink's two tasks interleave
+    assert sorted(numbers) == list(range(150))  # the sink's four tasks interleave
     first_ids = [i for i, n in zip(ids, numbers, strict=True) if n < 100]
     later_ids = [i for i, n in zip(ids, numbers, strict=True) if n >= 100]
     assert ids == first_ids + later_ids  # the second write came after the first
