@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 
 def main() -> None:
@@ -35,9 +36,11 @@ def main() -> None:
             .getOrCreate()
         )
     seen: dict[str, object] = {"session": type(spark).__module__}
-    if deployment == "cluster":
-        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # the driver's too
-        seen["executors"] = status.size() - 1
+    if deployment == "cluster":  # executors register after the session starts: wait for both
+        deadline = time.monotonic() + 120
+        while (executors := registered_executors(spark)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seen["executors"] = executors
 
     def publish(numbers: range) -> None:
         rows = [("orders", json.dumps({"n": n})) for n in numbers]
@@ -77,12 +80,59 @@ def main() -> None:
             "pageSize", "zero"
         ).load().collect()
     except Exception as exc:  # what the application gets for an error in the data source
-        seen["error"] = str(exc)
+        seen["error"] = [type(exc).__name__, str(exc)]
+    if deployment == "cluster":
+        seen["tasks_per_executor"] = tasks_per_executor(spark)
+        seen["executors_with_atlasbus_daemon"] = executors_forking_from(
+            "pyspark_atlasbus.worker_daemon"
+        )
     seen["client_modules"] = sorted(
         name for name in sys.modules if name.split(".")[0] in ("atlasbus", "pyspark_atlasbus")
     )
     spark.stop()
     print(json.dumps(seen))
+
+
+def registered_executors(spark: object) -> int:
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # type: ignore[attr-defined]
+    return int(status.size()) - 1  # the driver is listed too
+
+
+def tasks_per_executor(spark: object) -> dict[str, int]:
+    """Tasks each executor ran, from the application's REST API (the Spark UI's)."""
+    from urllib.request import urlopen
+
+    context = spark.sparkContext  # type: ignore[attr-defined]
+    address = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/executors"
+    with urlopen(address, timeout=30) as reply:
+        executors = json.load(reply)
+    return {executor["id"]: executor["totalTasks"] for executor in executors}
+
+
+def executors_forking_from(module: str) -> int:
+    """How many executor JVMs started below this process run a Python daemon of ``module``.
+
+    Linux's /proc. The driver's JVM is this process's child; the executors' JVMs are its
+    children, each starting a daemon per worker environment. A forked Python worker keeps its
+    daemon's command line, so only processes whose parent is a JVM count; the suite's own
+    session, in another process tree, is not counted.
+    """
+    parents: dict[int, int] = {}
+    named: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                parents[int(entry)] = int(file.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                if module.encode() in file.read().split(b"\0"):
+                    named.add(int(entry))
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+    drivers = {pid for pid, parent in parents.items() if parent == os.getpid()}
+    executors = {pid for pid, parent in parents.items() if parent in drivers}
+    return len({parents[pid] for pid in named if parents[pid] in executors})
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ def test_sink_batch_and_resumed_stream(
         assert seen["client_modules"] == []
     else:
         assert seen["executors"] == 2
+        tasks = seen["tasks_per_executor"]
+        assert set(tasks) == {"driver", "0", "1"}
+        assert tasks["driver"] == 0 and tasks["0"] > 0 and tasks["1"] > 0, tasks
+        assert seen["executors_with_atlasbus_daemon"] == 2  # workers fork with atlasbus loaded
 
     entries = r.xrange(stream)
     ids = [entry_id.decode() for entry_id, _ in entries]
@@ -67,7 +71,7 @@ def test_sink_batch_and_resumed_stream(
     assert sorted(seen["first_run"]) == sorted(first_ids)  # each once: no duplicate, none lost
     # the restarted query resumed where the first run stopped: each entry once in the sink
     assert sorted(seen["both_runs"]) == sorted(first_ids + later_ids)
-    assert (
-        "atlasbus.errors.ConfigurationError: option 'pageSize' must be a positive integer"
-        in seen["error"]
-    ), seen["error"]
+    name, text = seen["error"]
+    assert name == "AnalysisException"
+    expected = "atlasbus.errors.ConfigurationError: option 'pageSize' must be a positive integer"
+    assert expected in text, text

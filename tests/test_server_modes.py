@@ -4,8 +4,9 @@ atlasbus reads and writes one standalone Redis. Before this check, a cluster nod
 its own slots only: ``atlasbus status`` and a ``topicPattern`` query found none of the streams
 another node holds ("no streams", a query that reads nothing, forever), and a named topic on
 another node failed with MOVED's bare text. A Sentinel holds no streams at all. The mode comes
-from HELLO, in the round trip that used to be the connect's PING; a user whose ACL lacks
-``+hello`` still connects (a PING then).
+from HELLO (the reply a RESP3 connection opens with, or ``HELLO 2``); a server without
+HELLO still connects. The connect still PINGs, so a user whose ACL lacks ``+ping`` (which
+redis-py's health checks send later) is refused at once, as before.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 import redis
 
 from atlasbus.connection import RedisEndpoint
-from atlasbus.errors import ConfigurationError
+from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.sandbox.redis_server import RedisServer, find_redis_server, free_port
 from helpers import BatchCollector, publish, run_available_now, stream_reader
 from pyspark_atlasbus import cli
@@ -69,15 +70,19 @@ def cluster() -> Iterator[tuple[RedisServer, RedisServer, list[str]]]:
             node.close()
 
 
-@pytest.mark.parametrize("query", ["", "?protocol=2"], ids=["resp3", "resp2"])
+@pytest.mark.parametrize(
+    "url_end", ["/0", "/0?protocol=2", "/1"], ids=["resp3", "resp2", "database-1"]
+)
 def test_status_refuses_either_node_by_name(
-    query: str,
+    url_end: str,
     cluster: tuple[RedisServer, RedisServer, list[str]],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Before: "no streams under 'clusterbus:'" from either node (each saw only its own)."""
+    """Before: "no streams under 'clusterbus:'" from either node (each saw only its own); with
+    a database other than 0, "Redis replied: SELECT is not allowed in cluster mode"."""
     for server in cluster[:2]:
-        code = cli.main(["status", "--url", server.url + query, "--prefix", PREFIX])
+        url = server.url.removesuffix("/0") + url_end
+        code = cli.main(["status", "--url", url, "--prefix", PREFIX])
         out, err = capsys.readouterr()
         assert (code, out) == (2, "")
         assert err == f"atlasbus status: error: {cluster_message(server.port, '--url')}\n"
@@ -179,3 +184,21 @@ def test_a_server_without_hello_still_connects(tmp_path: Path) -> None:
             client.execute_command("HELLO", 2)
         client.set("no-hello", "1")
         assert redis.Redis(port=port, protocol=2).get("no-hello") == b"1"
+
+
+def test_a_user_without_ping_is_refused_at_connect(r: redis.Redis, redis_url: str) -> None:
+    """redis-py's health checks PING a connection idle for 30 s: without ``+ping`` a query
+    would fail at a later trigger, so the connect PINGs and names the command now."""
+    r.acl_setuser(
+        "noping",
+        enabled=True,
+        passwords=["+pw-noping"],
+        keys=["*"],
+        commands=["+@all", "-ping"],
+    )
+    try:
+        url = redis_url.replace("redis://", "redis://noping:pw-noping@")
+        with pytest.raises(RedisPermissionError, match=r"the command 'ping'.*SETUSER noping"):
+            RedisEndpoint.from_options(url, None, None).client()
+    finally:
+        r.acl_deluser("noping")

@@ -220,6 +220,8 @@ class RedisEndpoint:
         )
         with translate_errors(self):
             mode = _server_mode(client)
+            if mode in (None, "standalone"):
+                client.ping()  # redis-py's health checks PING later: a user without +ping fails now
         if mode not in (None, "standalone"):
             client.close()
             raise ConfigurationError(_unsupported_mode(self, mode))
@@ -227,8 +229,8 @@ class RedisEndpoint:
 
 
 def _server_mode(client: redis.Redis) -> str | None:
-    """What the server runs as (HELLO's ``mode``: standalone, cluster or sentinel), checking
-    that it answers; None when it does not say (a server without HELLO: a PING checks then).
+    """What the server runs as (HELLO's ``mode``: standalone, cluster or sentinel); None when
+    it does not say (a server without HELLO, renamed or older than 6.0).
 
     A RESP3 connection (redis-py 7+'s default) has the reply to the HELLO it opened with; a
     RESP2 one asks, in the protocol it speaks, which changes nothing.
@@ -250,7 +252,6 @@ def _server_mode(client: redis.Redis) -> str | None:
     finally:
         pool.release(connection)
     if reply is None:
-        client.ping()
         return None
     # a map under RESP3; a flat list of names and values under RESP2
     pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=False)
@@ -381,6 +382,9 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
                 f"Redis at {endpoint.description} is a read-only replica ({text}): point "
                 "option 'url' (or $REDIS_URL) at the primary"
             ) from None
+        if "SELECT is not allowed in cluster mode" in text:  # redis-py selects before HELLO
+            _forget(endpoint)
+            raise ConfigurationError(_unsupported_mode(endpoint, "cluster")) from None
         if "DB index is out of range" in text:
             _forget(endpoint)
             raise ConfigurationError(
