@@ -220,11 +220,10 @@ class RedisEndpoint:
         )
         with translate_errors(self):
             mode = _server_mode(client)
-            if mode in (None, "standalone"):
-                client.ping()  # redis-py's health checks PING later: a user without +ping fails now
-        if mode not in (None, "standalone"):
-            client.close()
-            raise ConfigurationError(_unsupported_mode(self, mode))
+            if mode not in (None, "standalone"):
+                client.close()
+                raise ConfigurationError(_unsupported_mode(self, mode))
+            client.ping()  # redis-py's health checks PING later: a user without +ping fails now
         return client
 
 
