@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from atlasbus.sandbox.traffic import TOPICS
-from pyspark_atlasbus.demo.common import GROUP, STREAM_PREFIX, WARM_UP_STREAM
+from pyspark_atlasbus.demo.common import GROUP, STOP_DRAIN_TIMEOUT_S, STREAM_PREFIX, WARM_UP_STREAM
 
 # Not %-formatted by argparse (RawDescriptionHelpFormatter leaves it as is): a single %.
 EPILOG = f"""\
@@ -26,9 +26,10 @@ what it does:
 
 On another server (--url) the demo first deletes the three {STREAM_PREFIX}:* streams of an
 earlier run, uses {WARM_UP_STREAM} for one entry while Spark warms up (deleted
-right after), and touches nothing else. Ctrl-C stops after the current micro-batch and still
-prints the summary (press it twice to stop at once). OUTPUT/events, OUTPUT/dead_letters and
-OUTPUT/checkpoint are replaced on every run.
+right after), and touches nothing else. Ctrl-C stops the traffic, lets the query read
+what was published (for at most {STOP_DRAIN_TIMEOUT_S:g} s), stops it between micro-batches
+and still prints the summary (press it twice to stop at once). OUTPUT/events,
+OUTPUT/dead_letters and OUTPUT/checkpoint are replaced on every run.
 
 examples:
   atlasbus demo --duration 20

@@ -12,6 +12,8 @@ GROUP = "atlasbus-demo"
 QUERY_NAME = "atlasbus_demo"
 EVENTS_APP_ID = "atlasbus-demo-events"
 DRAIN_TIMEOUT_S = 60.0
+STOP_DRAIN_TIMEOUT_S = 10.0
+"""After Ctrl-C: how long the query may take to read what was published before it stops."""
 EXIT_INTERRUPTED = 130
 
 

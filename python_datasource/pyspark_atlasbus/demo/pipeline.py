@@ -27,6 +27,7 @@ from pyspark_atlasbus.demo.common import (
     EXIT_INTERRUPTED,
     GROUP,
     QUERY_NAME,
+    STOP_DRAIN_TIMEOUT_S,
     STREAM_PREFIX,
     WARM_UP_STREAM,
     DemoError,
@@ -163,6 +164,8 @@ def run_pipeline(
             )
         progress.finish_line()
         if query is not None:
+            if stop.event.is_set():
+                read_what_was_published(query, publisher, progress)
             stop_query(query)
     except KeyboardInterrupt:  # the second Ctrl-C
         progress.finish_line()
@@ -380,6 +383,28 @@ def watch(
         stop.event.wait(progress.interval)
     progress.show(force=True)
     return None
+
+
+def read_what_was_published(query: Any, publisher: TrafficPublisher, progress: Progress) -> None:
+    """After Ctrl-C: stop the traffic, then let the query read what was published (for at
+    most ``STOP_DRAIN_TIMEOUT_S``).
+
+    Once it has, its triggers find nothing new and start no task, so the stop that follows
+    cuts no task short. A task cut short leaves its Python worker writing to a socket Spark
+    has closed, which pyspark's daemon reports on standard error with a traceback; and the
+    summary then has nothing left unread.
+    """
+    publisher.stop_event.set()
+    if publisher.is_alive():
+        publisher.join(timeout=10)
+    deadline = time.monotonic() + STOP_DRAIN_TIMEOUT_S
+    while query.isActive and time.monotonic() < deadline:
+        if progress.caught_up(publisher.published):
+            break
+        progress.show()
+        time.sleep(progress.interval)
+    progress.show(force=True)
+    progress.finish_line()
 
 
 def stop_query(query: Any) -> None:

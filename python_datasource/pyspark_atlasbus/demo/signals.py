@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM: stop cleanly after the current micro-batch, or at once when pressed twice."""
+"""Ctrl-C and SIGTERM: stop cleanly between micro-batches, or at once when pressed twice."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import threading
 from dataclasses import dataclass, field
 from types import FrameType
 
+from pyspark_atlasbus.demo.common import STOP_DRAIN_TIMEOUT_S
+
 
 @dataclass
 class StopRequest:
-    """Ctrl-C: the first asks to stop after the current micro-batch, the second forces it."""
+    """Ctrl-C: the first asks to stop publishing and then the query between micro-batches
+    (``pipeline.run_pipeline``), the second forces it."""
 
     event: threading.Event = field(default_factory=threading.Event)
     presses: int = 0
@@ -20,7 +23,9 @@ class StopRequest:
             raise KeyboardInterrupt
         self.event.set()
         print(
-            "\nCtrl-C: stopping after the current micro-batch (press again to stop now) ...",
+            "\nCtrl-C: stopping: no more traffic; the query reads what was published "
+            f"(for at most {STOP_DRAIN_TIMEOUT_S:g} s), then stops between micro-batches "
+            "(press again to stop now) ...",
             flush=True,
         )
 
