@@ -11,10 +11,8 @@ redis-py's health checks send later) is refused at once, as before.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ import redis
 
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError, RedisPermissionError
-from atlasbus.sandbox.redis_server import RedisServer, find_redis_server, free_port
+from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, publish, run_available_now, stream_reader
 from pyspark_atlasbus import cli
 
@@ -119,39 +117,13 @@ def test_the_sink_on_a_cluster_node_writes_nothing(
         assert redis.Redis.from_url(server.url).xlen(f"{PREFIX}:{topic}") == 3
 
 
-@contextmanager
-def server_process(command: list[str], port: int) -> Iterator[int]:
-    """A redis-server started as ``command``, once it answers a PING on ``port``."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port, protocol=2)  # a RESP3 client opens with HELLO
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert process.poll() is None, f"{command} exited"
-                assert time.monotonic() < deadline, f"{command} did not answer in 10 s"
-                time.sleep(0.05)
-        client.close()
-        yield port
-    finally:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture
 def sentinel(redis_server: RedisServer, tmp_path: Path) -> Iterator[int]:
     """A Sentinel monitoring the suite's server (it only watches; it never fails it over)."""
-    port = free_port()
     config = tmp_path / "sentinel.conf"  # Sentinel rewrites its configuration file
-    config.write_text(
-        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-        f"sentinel monitor bus 127.0.0.1 {redis_server.port} 1\n"
-    )
-    with server_process([find_redis_server(), str(config), "--sentinel"], port):
-        yield port
+    config.write_text(f"sentinel monitor bus 127.0.0.1 {redis_server.port} 1\n")
+    with RedisServer(config_file=config, extra_args=["--sentinel"]) as server:
+        yield server.port
 
 
 def test_a_sentinel_is_refused_with_where_to_point_instead(
@@ -170,15 +142,13 @@ def test_a_sentinel_is_refused_with_where_to_point_instead(
         endpoint.client()
 
 
-def test_a_server_without_hello_still_connects(tmp_path: Path) -> None:
+def test_a_server_without_hello_still_connects() -> None:
     """A server that renamed HELLO away (or is older than 6.0), reached over RESP2 (redis-py
     6's default; ``protocol=2`` in the URL), costs the check, not the connection: the connect
     falls back to PING. (HELLO is exempt from ACLs, like AUTH.)"""
-    port = free_port()
-    command = [find_redis_server(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    command += ["--dir", str(tmp_path), "--rename-command", "HELLO", '""']
-    with server_process(command, port):
-        url = f"redis://127.0.0.1:{port}/0?protocol=2"
+    with RedisServer(extra_args=["--rename-command", "HELLO", '""']) as server:
+        port = server.port
+        url = f"{server.url}?protocol=2"
         client = RedisEndpoint.from_options(url, None, None).client()
         with pytest.raises(redis.ResponseError, match="unknown command"):
             client.execute_command("HELLO", 2)

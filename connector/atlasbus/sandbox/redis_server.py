@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -97,6 +98,9 @@ class RedisServer:
     ``cluster_enabled=True`` starts it as a Redis Cluster node (its cluster state kept in
     ``folder``), holding no slots until it is given some.
 
+    ``config_file`` is read first (a Sentinel's, say: ``extra_args=["--sentinel"]``); the
+    options above override it, and ``extra_args`` (more ``--name value`` options) come last.
+
     ``appendonly=True`` turns the append-only file on (``appendfsync``: ``always``,
     ``everysec`` or ``no``), kept in ``folder``. ``kill()`` then ends the server as a crash
     would (SIGKILL) and keeps its folder, and ``start()`` brings it back on the same port and
@@ -127,6 +131,8 @@ class RedisServer:
         tls_client_key_file: str | Path | None = None,
         unix_socket: bool = False,
         cluster_enabled: bool = False,
+        config_file: str | Path | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be always, everysec or no, got {appendfsync!r}")
@@ -153,6 +159,8 @@ class RedisServer:
         self.own_session = own_session
         self.unix_socket = unix_socket
         self.cluster_enabled = cluster_enabled
+        self.config_file = config_file
+        self.extra_args = tuple(extra_args)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.folder: Path | None = None
@@ -180,9 +188,16 @@ class RedisServer:
         restart = folder is not None  # after kill(): a failure keeps the data for a look
         if folder is None:
             folder = self.folder = Path(tempfile.mkdtemp(prefix="atlasbus-redis-"))
+        command = [self.binary]
+        if self.config_file is not None:
+            command.append(str(self.config_file))  # redis-server takes it first, or not at all
+        if self.tls:
+            command += ["--port", "0", "--tls-port", str(self.port)]
+        else:
+            command += ["--port", str(self.port)]
         # fmt: off
-        command = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+        command += [
+            "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync,
             "--dir", str(folder), "--logfile", str(folder / "redis.log"),
@@ -195,7 +210,6 @@ class RedisServer:
             command += ["--cluster-enabled", "yes", "--cluster-config-file", nodes]
         if self.tls:
             # fmt: off
-            command[1:3] = ["--port", "0", "--tls-port", str(self.port)]
             command += [
                 "--tls-cert-file", str(self.tls_cert_file),
                 "--tls-key-file", str(self.tls_key_file),
@@ -203,6 +217,7 @@ class RedisServer:
                 "--tls-auth-clients", self.tls_auth_clients,
             ]
             # fmt: on
+        command += self.extra_args
         process = self._process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
@@ -241,6 +256,7 @@ class RedisServer:
             with redis.Redis(
                 host="127.0.0.1",
                 port=self.port,
+                protocol=2,  # no HELLO: a server may have renamed it away (extra_args)
                 socket_timeout=1,
                 socket_connect_timeout=0.2,
                 **tls,  # type: ignore[arg-type]
