@@ -151,21 +151,18 @@ def run_pipeline(
         if failure is None and not stop.event.is_set():
             progress.finish_line()
             clock.say("traffic done; reading what is left ...")
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S
-            failure = watch(
-                query,
-                publisher,
-                progress,
-                stop,
-                until=lambda: (
-                    progress.caught_up(publisher.published) or time.monotonic() > deadline
-                ),
-                clock=clock,
+            failure = drain(query, publisher, progress, stop, clock, timeout=DRAIN_TIMEOUT_S)
+        if query is not None and failure is None and stop.event.is_set():
+            # After Ctrl-C: no more traffic, and what was published is read before the stop, so
+            # the stop cuts no task short (a task cut short leaves its Python worker writing to a
+            # socket Spark has closed, which pyspark's daemon reports with a traceback). The
+            # first Ctrl-C is spent: only a second one (KeyboardInterrupt) cuts this short.
+            publisher.stop()
+            failure = drain(
+                query, publisher, progress, StopRequest(), clock, timeout=STOP_DRAIN_TIMEOUT_S
             )
         progress.finish_line()
         if query is not None:
-            if stop.event.is_set():
-                read_what_was_published(query, publisher, progress)
             stop_query(query)
     except KeyboardInterrupt:  # the second Ctrl-C
         progress.finish_line()
@@ -173,9 +170,7 @@ def run_pipeline(
         if query is not None:
             query.stop()
     finally:
-        publisher.stop_event.set()
-        if publisher.is_alive():
-            publisher.join(timeout=10)
+        publisher.stop()
         if query is not None and query.isActive:
             query.stop()
         spark.stop()
@@ -385,26 +380,26 @@ def watch(
     return None
 
 
-def read_what_was_published(query: Any, publisher: TrafficPublisher, progress: Progress) -> None:
-    """After Ctrl-C: stop the traffic, then let the query read what was published (for at
-    most ``STOP_DRAIN_TIMEOUT_S``).
-
-    Once it has, its triggers find nothing new and start no task, so the stop that follows
-    cuts no task short. A task cut short leaves its Python worker writing to a socket Spark
-    has closed, which pyspark's daemon reports on standard error with a traceback; and the
-    summary then has nothing left unread.
-    """
-    publisher.stop_event.set()
-    if publisher.is_alive():
-        publisher.join(timeout=10)
-    deadline = time.monotonic() + STOP_DRAIN_TIMEOUT_S
-    while query.isActive and time.monotonic() < deadline:
-        if progress.caught_up(publisher.published):
-            break
-        progress.show()
-        time.sleep(progress.interval)
-    progress.show(force=True)
-    progress.finish_line()
+def drain(
+    query: Any,
+    publisher: TrafficPublisher,
+    progress: Progress,
+    stop: StopRequest,
+    clock: Clock,
+    *,
+    timeout: float,
+) -> str | None:
+    """``watch`` until the query has read and committed all that was published, or ``timeout``
+    seconds; once it has, its triggers find nothing new and start no task."""
+    deadline = time.monotonic() + timeout
+    return watch(
+        query,
+        publisher,
+        progress,
+        stop,
+        until=lambda: progress.caught_up(publisher.published) or time.monotonic() > deadline,
+        clock=clock,
+    )
 
 
 def stop_query(query: Any) -> None:

@@ -27,6 +27,12 @@ class TrafficPublisher(threading.Thread):
         self.error: BaseException | None = None
         self.started_at: float | None = None
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """Publish nothing more; wait (up to ``timeout`` seconds) for the pipeline in flight."""
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=timeout)
+
     def run(self) -> None:
         generator = TrafficGenerator(seed=7, malformed_share=0.01)
         started = self.started_at = time.monotonic()
