@@ -172,12 +172,22 @@ def endpoint(redis_url: str) -> RedisEndpoint:
 
 
 def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Send all commands at once (pipelined, as the reader does), then read every reply."""
+    """Send all commands at once (pipelined, as the reader does), then read and cut each reply
+    alone (the bytes of the replies after it already in the buffer, some of them)."""
     with raw_connection(endpoint) as connection:
         pages = XrangePages(connection)
         for command in commands:
             pages.send(*command)
-        return [pages.read() for _ in commands]
+        return [pages.join([pages.read()]) for _ in commands]
+
+
+def read_joined(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> Any:
+    """Send all commands at once, read every reply, then cut them together, as the reader does."""
+    with raw_connection(endpoint) as connection:
+        pages = XrangePages(connection)
+        for command in commands:
+            pages.send(*command)
+        return pages.join([pages.read() for _ in commands])
 
 
 def test_pipelined_pages_off_a_real_connection_match_redis_py(
@@ -199,6 +209,37 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
     kinds = [isinstance(page, ColumnPage) for page in pages]
     assert kinds == [False, True, False, False, True]  # entries 5, 22 and 39 carry "extra"
     assert as_entries(joined_pages(pages)) == [e for page in expected for e in page]
+    joined = read_joined(endpoint, commands)  # cut together: a layout differs, so entry lists
+    assert isinstance(joined, list)
+    assert as_entries(joined) == [e for page in expected for e in page]
+
+
+def test_replies_cut_together_are_one_page_of_columns_equal_to_redis_py(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    for index in range(50):
+        r.xadd(stream, {"a": HOSTILE[index % len(HOSTILE)], "b": str(index)})
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[i], ids[min(i + 9, 49)]) for i in range(0, 50, 10)]
+    commands.append(("XRANGE", stream, "(" + ids[-1].decode(), "+"))  # an empty reply, last
+    joined = read_joined(endpoint, commands)
+    assert isinstance(joined, ColumnPage) and len(joined) == 50
+    assert joined.ids.to_pylist() == ids
+    assert joined.columns[b"a"].to_pylist() == [HOSTILE[i % len(HOSTILE)] for i in range(50)]
+    assert joined.columns[b"b"].to_pylist() == [str(i).encode() for i in range(50)]
+
+
+def test_replies_with_other_names_than_the_first_are_not_cut_together(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    for index in range(20):  # each page uniform, but the second's names differ
+        r.xadd(stream, {"a" if index < 10 else "z": str(index)})
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[0], ids[9]), ("XRANGE", stream, ids[10], ids[19])]
+    joined = read_joined(endpoint, commands)
+    assert as_entries(joined) == [
+        [entry_id, [b"a" if i < 10 else b"z", str(i).encode()]] for i, entry_id in enumerate(ids)
+    ]
 
 
 def test_a_page_larger_than_the_buffer_grows_it(
@@ -212,6 +253,43 @@ def test_a_page_larger_than_the_buffer_grows_it(
     assert page.columns[b"v"].to_pylist() == [big, big[1:], big[2:]]
 
 
+def test_the_buffer_grows_under_replies_not_yet_cut(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    value = bytes(range(256)) * 1_000  # 256 kB: 3 entries a page, the buffer starts at 1 MiB
+    for index in range(9):
+        r.xadd(stream, {"v": value[index:], "i": str(index)})
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[i], ids[i + 2]) for i in range(0, 9, 3)]
+    joined = read_joined(endpoint, commands)
+    assert isinstance(joined, ColumnPage)
+    assert joined.columns[b"v"].to_pylist() == [value[index:] for index in range(9)]
+    assert joined.ids.to_pylist() == ids
+
+
+def test_an_error_reply_between_replies_not_yet_cut_loses_none_of_them(
+    r: redis.Redis, endpoint: RedisEndpoint, stream: str
+) -> None:
+    r.set(f"{stream}:string", "not a stream")
+    for index in range(4):
+        r.xadd(stream, {"a": str(index)})
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    with raw_connection(endpoint) as connection:
+        pages = XrangePages(connection)
+        pages.send("XRANGE", stream, ids[0], ids[1])
+        pages.send("XRANGE", f"{stream}:string", "-", "+")
+        pages.send("XRANGE", stream, ids[2], ids[3])
+        first = pages.read()
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            pages.read()
+        third = pages.read()  # parsed by hiredis from here on
+        assert isinstance(third, list)
+        assert as_entries(pages.join([first, third])) == [
+            [entry_id, [b"a", str(i).encode()]] for i, entry_id in enumerate(ids)
+        ]
+    r.delete(f"{stream}:string")
+
+
 def test_an_error_reply_raises_redis_pys_error_and_later_replies_still_read(
     r: redis.Redis, endpoint: RedisEndpoint, stream: str
 ) -> None:
@@ -223,7 +301,7 @@ def test_an_error_reply_raises_redis_pys_error_and_later_replies_still_read(
         pages.send("XRANGE", stream, "-", "+")
         with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
             pages.read()
-        assert as_entries(pages.read()) == [[r.xrange(stream)[0][0], [b"a", b"1"]]]
+        assert as_entries(pages.join([pages.read()])) == [[r.xrange(stream)[0][0], [b"a", b"1"]]]
     r.delete(f"{stream}:string")
 
 

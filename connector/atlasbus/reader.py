@@ -1,8 +1,8 @@
 """Reading one planned range on an executor: paged XRANGE, decoded into Arrow batches.
 
-The next page is requested before the current one is decoded, so Redis and the network work
-while Python decodes. Replies are read raw from the connection: redis-py's per-entry reply
-parsing would build dicts only to throw them away.
+The next page is requested as soon as the current one has arrived, before any of it is cut
+or decoded, so Redis and the network work while Python does. Replies are read raw from the
+connection: redis-py's per-entry reply parsing would build dicts only to throw them away.
 
 With option ``deadLetterTable``, malformed entries are appended to that table (stage
 ``source-decode``) before the batch holding the rest is yielded, so a row is never passed on
@@ -28,18 +28,15 @@ from atlasbus.planning import ReadRange
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
 
-# One XRANGE reply: its entries in ID order, as columns or as hiredis's list of entries.
-Page = ColumnPage | Sequence[RawEntry]
-
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.xrange_pages import XrangePages
+    from atlasbus.xrange_pages import Page, XrangePages
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
 # Entries decoded at a time. Pages cut into columns hold no Python object per entry, so they
-# are decoded a whole batch at a time, spreading Arrow's and the compiled loops' per-call
-# costs (2,000 at a time cost 15-20% more per entry). hiredis's entry lists are decoded
+# are cut and decoded a whole batch at a time, spreading Arrow's and the compiled loops'
+# per-call costs (2,000 at a time cost 15-20% more per entry). hiredis's entry lists are decoded
 # 2,000 at a time: enough to spread those costs, few enough that the reply's Python objects
 # stay in the CPU's caches (1,000 and 4,000 cost 8% more per entry).
 COLUMN_DECODE_ROWS = TARGET_BATCH_ROWS
@@ -52,7 +49,7 @@ def read_range(
     """Yield the entries of ``read`` in ID order, decoded per the ``format`` option.
 
     Entries are decoded as pages arrive, while Redis serves the next page, and their raw form
-    is dropped at once: column pages a batch at a time, hiredis's lists ``LIST_DECODE_ROWS``
+    is dropped at once: walked replies a batch at a time, hiredis's lists ``LIST_DECODE_ROWS``
     at a time (decoding 10,000 of those at once made the reader 15% slower, its working set of
     some 170,000 Python objects no longer fitting the CPU's caches). The decoded parts are
     joined into one batch of ``TARGET_BATCH_ROWS`` or more for Spark.
@@ -82,7 +79,8 @@ def read_range(
             page = pages.read()
             awaiting_reply = False
             if len(page) == page_size:
-                pages.send("XRANGE", read.stream, b"(" + _last_id(page), upto, "COUNT", page_size)
+                last = pages.last_id(page)
+                pages.send("XRANGE", read.stream, b"(" + last, upto, "COUNT", page_size)
                 awaiting_reply = True
             found += len(page)
             if len(page):
@@ -92,7 +90,7 @@ def read_range(
             if waiting_rows < _decode_rows(waiting) and awaiting_reply:
                 continue
             if waiting:
-                decoded.append(decode(joined_pages(waiting)))
+                decoded.append(decode(pages.join(waiting)))
                 decoded_rows += waiting_rows
                 waiting, waiting_rows = [], 0
             if decoded_rows >= batch_rows or (decoded and not awaiting_reply):
@@ -103,9 +101,9 @@ def read_range(
 
 def _decode_rows(waiting: list[Page]) -> int:
     """How many entries to gather before decoding: see ``read_range``."""
-    if all(isinstance(page, ColumnPage) for page in waiting):
-        return COLUMN_DECODE_ROWS
-    return LIST_DECODE_ROWS
+    if any(isinstance(page, list) for page in waiting):
+        return LIST_DECODE_ROWS
+    return COLUMN_DECODE_ROWS
 
 
 class _HiredisReplies:
@@ -117,9 +115,18 @@ class _HiredisReplies:
     def send(self, *args: Any) -> None:
         self._connection.send_command(*args)
 
-    def read(self) -> Page:
-        page: Page = self._connection.read_response()
+    def read(self) -> list[Any]:
+        page: list[Any] = self._connection.read_response()
         return page
+
+    @staticmethod
+    def last_id(page: Any) -> bytes:
+        last: bytes = page[-1][0]
+        return last
+
+    @staticmethod
+    def join(pages: Sequence[Any]) -> ColumnPage | Sequence[RawEntry]:
+        return joined_pages(pages)
 
 
 def _reply_reader(options: SourceOptions, connection: Any) -> XrangePages | _HiredisReplies:
@@ -129,11 +136,6 @@ def _reply_reader(options: SourceOptions, connection: Any) -> XrangePages | _Hir
     from atlasbus.xrange_pages import XrangePages  # compiles or loads numba code: executors only
 
     return XrangePages(connection)
-
-
-def _last_id(page: Page) -> bytes:
-    last: bytes = page.ids[-1].as_py() if isinstance(page, ColumnPage) else page[-1][0]
-    return last
 
 
 def _check_nothing_vanished(
@@ -168,7 +170,9 @@ def _check_nothing_vanished(
         )
 
 
-def _page_decoder(options: SourceOptions, read: ReadRange) -> Callable[[Page], DecodedPage]:
+def _page_decoder(
+    options: SourceOptions, read: ReadRange
+) -> Callable[[ColumnPage | Sequence[RawEntry]], DecodedPage]:
     if options.format == "raw":
         raw = partial(decode_raw, topic=read.topic, stream=read.stream)
         return lambda page: DecodedPage(raw(page), None)

@@ -2,13 +2,17 @@
 
 redis-py sends the command (and has done the connection's handshake, TLS and AUTH included);
 the reply's bytes are then taken off the socket here and cut by ``atlasbus.xrange_reply``
-without building a Python object per value. A page whose entries differ in their fields is
-parsed by hiredis from the same bytes. A reply that is not an array of entries (an error, say)
-is handed to hiredis with everything after it, and so is every later reply on this connection.
+without building a Python object per value. A reply is walked as its bytes arrive and kept in
+the buffer; the replies of a micro-batch's part are cut together (``join``), in one gather. A
+page whose entries differ in their fields is parsed by hiredis from the same bytes. A reply
+that is not an array of entries (an error, say) is handed to hiredis with everything after it,
+and so is every later reply on this connection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import hiredis
@@ -18,33 +22,51 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from atlasbus.column_page import ColumnPage
-from atlasbus.xrange_reply import COMPLETE, NOT_XRANGE, Walk, cut_reply, walk_reply
+from atlasbus.column_page import ColumnPage, joined_pages
+from atlasbus.xrange_reply import COMPLETE, NOT_XRANGE, Walk, cut_replies, cut_reply, walk_reply
 
 _FIRST_BUFFER = 1 << 20  # a page of 1,000 envelopes of 500 bytes fits; grown when one does not
+
+
+@dataclass(frozen=True)
+class WalkedReply:
+    """A reply walked where it lies in an ``XrangePages``'s buffer, not yet cut into columns."""
+
+    walk: Walk
+    last_id: bytes  # the last entry's ID (the next page's exclusive start); b"" if none
+
+    def __len__(self) -> int:
+        return self.walk.entries
+
+
+Page = WalkedReply | list[Any]
 
 
 class XrangePages:
     """Reads the replies to XRANGE commands sent on ``connection``, in order.
 
-    Each reply is a ``ColumnPage`` or, when its entries' field layouts differ, hiredis's list of
-    [ID, [name, value, ...]] items. The connection must have no unread reply when this starts.
+    ``read`` gives each reply as soon as its last byte is walked (so the next command can be
+    sent before any of it is cut), as a ``WalkedReply`` or, once a reply was not an array of
+    entries, as hiredis's list of [ID, [name, value, ...]] items. ``join`` cuts replies read
+    since the last join into one page. The connection must have no unread reply when this
+    starts.
     """
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
         self._buffer = np.empty(_FIRST_BUFFER, np.uint8)
         self._filled = 0
+        self._kept = 0  # the replies read since the last join lie in buffer[:kept]
         self._hiredis: Any = None  # once set, every reply is read through it
 
     def send(self, *args: Any) -> None:
         self._connection.send_command(*args)
 
-    def read(self) -> ColumnPage | list[Any]:
+    def read(self) -> Page:
         """The next reply: waits for its bytes; raises redis-py's error for an error reply."""
         if self._hiredis is not None:
             return self._read_with_hiredis()
-        walk = Walk()
+        walk = Walk(self._kept)
         while (status := walk_reply(self._buffer, self._filled, walk)) not in (
             COMPLETE,
             NOT_XRANGE,
@@ -52,25 +74,56 @@ class XrangePages:
             self._receive()
         if status == NOT_XRANGE:
             self._hiredis = _hiredis_reader()
-            self._hiredis.feed(self._buffer[: self._filled].tobytes())
-            self._filled = 0
             return self._read_with_hiredis()
-        end = walk.position
-        page = cut_reply(self._buffer, walk)
-        if page is None:
-            one = _hiredis_reader()
-            one.feed(self._buffer[:end].tobytes())
-            page = one.gets()
-        rest = self._filled - end
-        self._buffer[:rest] = self._buffer[end : self._filled]
-        self._filled = rest
-        return page
+        self._kept = walk.position
+        last_id = b""
+        if walk.entries > 0:
+            id_start, id_length = walk.places[0], walk.places[1]
+            start = id_start[walk.entries - 1]
+            last_id = self._buffer[start : start + id_length[walk.entries - 1]].tobytes()
+        return WalkedReply(walk, last_id)
+
+    @staticmethod
+    def last_id(page: Page) -> bytes:
+        last: bytes = page.last_id if isinstance(page, WalkedReply) else page[-1][0]
+        return last
+
+    def join(self, pages: Sequence[Page]) -> ColumnPage | Sequence[Any]:
+        """``pages``, every non-empty reply read since the last join, in order, as one page.
+
+        Columns when all were walked and share one field layout; else hiredis's entry lists.
+        Releases the walked replies' bytes, so a reply left out is lost.
+        """
+        walks = [page.walk for page in pages if isinstance(page, WalkedReply)]
+        joined: ColumnPage | Sequence[Any] | None = None
+        if len(walks) == len(pages):
+            joined = cut_replies(self._buffer, walks)
+        if joined is None:
+            joined = joined_pages([self._cut_alone(page) for page in pages])
+        rest = self._filled - self._kept
+        self._buffer[:rest] = self._buffer[self._kept : self._filled]
+        self._filled, self._kept = rest, 0
+        return joined
+
+    def _cut_alone(self, page: Page) -> ColumnPage | list[Any]:
+        """One page as columns if its own entries share a layout, else as hiredis parses it."""
+        if not isinstance(page, WalkedReply):
+            return page
+        cut = cut_reply(self._buffer, page.walk)
+        if cut is not None:
+            return cut
+        one = _hiredis_reader()
+        one.feed(self._buffer[page.walk.begin : page.walk.position].tobytes())
+        entries: list[Any] = one.gets()
+        return entries
 
     def _read_with_hiredis(self) -> list[Any]:
+        """The next reply parsed by hiredis from the bytes after the walked replies'."""
         while (reply := self._hiredis.gets()) is False:
-            self._receive()
-            self._hiredis.feed(self._buffer[: self._filled].tobytes())
-            self._filled = 0
+            if self._filled == self._kept:
+                self._receive()
+            self._hiredis.feed(self._buffer[self._kept : self._filled].tobytes())
+            self._filled = self._kept
         if isinstance(reply, Exception):
             raise reply
         if not isinstance(reply, list):

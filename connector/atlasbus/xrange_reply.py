@@ -18,6 +18,7 @@ module, else in the user's cache directory, else in the temporary directory
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -209,11 +210,15 @@ def _gather(
 
 
 class Walk:
-    """One reply's walk: where it stopped (to resume when more bytes arrive) and what it noted."""
+    """One reply's walk: where it stopped (to resume when more bytes arrive) and what it noted.
 
-    def __init__(self) -> None:
+    ``begin`` is where the reply starts in the buffer; every position noted is the buffer's.
+    """
+
+    def __init__(self, begin: int = 0) -> None:
+        self.begin = begin
         self.entries = -1  # from the reply's header; -1 until the header is read
-        self.position = 0
+        self.position = begin
         self.walked = 0
         self.tokens = 0
         # ID starts and lengths, fields per entry, token starts and lengths (as walked)
@@ -234,16 +239,16 @@ class Walk:
 
 
 def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
-    """Advance ``walk`` over the reply at the start of ``buf[:end]``: MORE, COMPLETE or NOT_XRANGE.
+    """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE or NOT_XRANGE.
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
     if walk.entries < 0:
-        if end < 1:
+        if end <= walk.begin:
             return MORE
-        if buf[0] != _ASTERISK:
+        if buf[walk.begin] != _ASTERISK:
             return NOT_XRANGE
-        entries, position = _number(buf.ctypes.data, 1, end)
+        entries, position = _number(buf.ctypes.data, walk.begin + 1, end)
         if position == -1:
             return MORE
         if position < 0 or entries < 0:
@@ -260,9 +265,22 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
 
 def cut_reply(buf: np.ndarray, walk: Walk) -> ColumnPage | None:
     """The completely walked reply as columns; None when its entries' field layouts differ."""
-    if walk.entries == 0:
+    return cut_replies(buf, [walk])
+
+
+def cut_replies(buf: np.ndarray, walks: Sequence[Walk]) -> ColumnPage | None:
+    """Completely walked replies in ``buf`` as one page of columns, their entries in order.
+
+    One gather for them all: a micro-batch's pages cut one by one and then joined cost the
+    reader 6% more CPU (each page's Python calls and arrays, and the join's copy of every
+    byte). None when the entries' field layouts differ, across replies as within one.
+    """
+    walks = [walk for walk in walks if walk.entries]
+    if not walks:
         return ColumnPage(pa.array([], pa.binary()), [], {})
-    id_start, id_length, field_counts, token_start, token_length = walk.places
+    places = _joined_places(walks)
+    id_start, id_length, field_counts, token_start, token_length = places
+    entries = len(id_start)
     if not _same_names(buf, field_counts, token_start, token_length):
         return None
     width = int(field_counts[0])
@@ -277,8 +295,21 @@ def cut_reply(buf: np.ndarray, walk: Walk) -> ColumnPage | None:
     offsets, data, bounds = _gather(buf, id_start, id_length, token_start, token_length, width)
     arrays = [
         pa.Array.from_buffers(
-            pa.binary(), walk.entries, [None, pa.py_buffer(column_offsets), pa.py_buffer(values)]
+            pa.binary(), entries, [None, pa.py_buffer(column_offsets), pa.py_buffer(values)]
         )
         for column_offsets, values in zip(offsets, np.split(data, bounds[1:-1]), strict=True)
     ]
     return ColumnPage(arrays[0], names, dict(zip(names, arrays[1:], strict=True)))
+
+
+def _joined_places(walks: Sequence[Walk]) -> tuple[np.ndarray, ...]:
+    """The walks' notes (ID and token places, fields per entry) as one walk's, in order."""
+    noted = []
+    for walk in walks:
+        id_start, id_length, counts, token_start, token_length = walk.places
+        entries, tokens = walk.entries, walk.tokens
+        per_entry = (id_start[:entries], id_length[:entries], counts[:entries])
+        noted.append((*per_entry, token_start[:tokens], token_length[:tokens]))
+    if len(noted) == 1:
+        return noted[0]
+    return tuple(np.concatenate(parts) for parts in zip(*noted, strict=True))
