@@ -25,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from atlasbus.column_page import ColumnPage, joined_pages
 from atlasbus.xrange_reply import COMPLETE, NOT_XRANGE, Walk, cut_replies, cut_reply, walk_reply
 
-_FIRST_BUFFER = 1 << 20  # a page of 1,000 envelopes of 500 bytes fits; grown when one does not
+_FIRST_BUFFER = 1 << 20  # a page of 1,000 envelopes of 500 bytes; grown to hold a batch's
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class XrangePages:
         self._connection.send_command(*args)
 
     def read(self) -> Page:
-        """The next reply: waits for its bytes; raises redis-py's error for an error reply."""
+        """The next reply, once its last byte is walked; an error reply raises redis-py's error."""
         if self._hiredis is not None:
             return self._read_with_hiredis()
         walk = Walk(self._kept)
