@@ -1,8 +1,9 @@
 """A streaming query in its own process, for the crash tests to SIGKILL and restart.
 
-Reads topics ``a`` and ``b`` with small partitions and writes either to the atlasbus sink
-(topic ``target``), to Spark's parquet sink, or to Spark's Delta sink (``format("delta")``,
-needing the Delta Lake jars ``local_session`` loads), on a checkpoint that survives the kills.
+Reads topics ``a`` and ``b`` with small partitions of small pages (several a task) and writes
+either to the atlasbus sink (topic ``target``), to Spark's parquet sink, or to Spark's Delta
+sink (``format("delta")``, needing the Delta Lake jars ``local_session`` loads), on a
+checkpoint that survives the kills.
 ``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group;
 ``topicPattern`` instead of the topics).
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
@@ -44,6 +45,8 @@ def main() -> None:
         .option("url", args.url)
         .option("streamPrefix", args.prefix)
         .option("maxEntriesPerPartition", "700")
+        # a task's range spans several XRANGE pages, which its reader cuts together
+        .option("pageSize", "97")
         .options(**options)
         .load()
     )
