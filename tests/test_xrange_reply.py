@@ -178,7 +178,7 @@ def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list
         pages = XrangePages(connection)
         for command in commands:
             pages.send(*command)
-        return [pages.join([pages.read()]) for _ in commands]
+        return [pages.hand_over([pages.read()]).cut() for _ in commands]
 
 
 def read_joined(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> Any:
@@ -187,7 +187,7 @@ def read_joined(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> Any
         pages = XrangePages(connection)
         for command in commands:
             pages.send(*command)
-        return pages.join([pages.read() for _ in commands])
+        return pages.hand_over([pages.read() for _ in commands]).cut()
 
 
 def test_pipelined_pages_off_a_real_connection_match_redis_py(
@@ -284,7 +284,7 @@ def test_an_error_reply_between_replies_not_yet_cut_loses_none_of_them(
             pages.read()
         third = pages.read()  # parsed by hiredis from here on
         assert isinstance(third, list)
-        assert as_entries(pages.join([first, third])) == [
+        assert as_entries(pages.hand_over([first, third]).cut()) == [
             [entry_id, [b"a", str(i).encode()]] for i, entry_id in enumerate(ids)
         ]
     r.delete(f"{stream}:string")
@@ -301,7 +301,9 @@ def test_an_error_reply_raises_redis_pys_error_and_later_replies_still_read(
         pages.send("XRANGE", stream, "-", "+")
         with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
             pages.read()
-        assert as_entries(pages.join([pages.read()])) == [[r.xrange(stream)[0][0], [b"a", b"1"]]]
+        assert as_entries(pages.hand_over([pages.read()]).cut()) == [
+            [r.xrange(stream)[0][0], [b"a", b"1"]]
+        ]
     r.delete(f"{stream}:string")
 
 

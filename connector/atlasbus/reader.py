@@ -1,8 +1,8 @@
 """Reading one planned range on an executor: paged XRANGE, decoded into Arrow batches.
 
-The next page is requested as soon as the current one has arrived, before any of it is cut
-or decoded, so Redis and the network work while Python does. Replies are read raw from the
-connection: redis-py's per-entry reply parsing would build dicts only to throw them away.
+Replies are received on a thread of their own, which asks for the next page as soon as one
+has arrived, while the task's thread cuts and decodes the pages before: Redis, the network and
+the decoding work at once.
 
 With option ``deadLetterTable``, malformed entries are appended to that table (stage
 ``source-decode``) before the batch holding the rest is yielded, so a row is never passed on
@@ -13,7 +13,8 @@ micro-batch adds nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +26,13 @@ from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, RawEntry, decode_envelope_page, decode_raw
 from atlasbus.gc_pause import cyclic_gc_paused
 from atlasbus.planning import ReadRange
+from atlasbus.read_ahead import read_ahead
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.xrange_pages import Page, XrangePages
+    from atlasbus.xrange_pages import KeptReplies, Page, XrangePages
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -48,33 +50,54 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the entries of ``read`` in ID order, decoded per the ``format`` option.
 
-    Entries are decoded as pages arrive, while Redis serves the next page, and their raw form
-    is dropped at once: walked replies a batch at a time, hiredis's lists ``LIST_DECODE_ROWS``
-    at a time (decoding 10,000 of those at once made the reader 15% slower, its working set of
-    some 170,000 Python objects no longer fitting the CPU's caches). The decoded parts are
-    joined into one batch of ``TARGET_BATCH_ROWS`` or more for Spark.
+    Replies are received on a thread of their own (``atlasbus.read_ahead``), which sends the
+    next XRANGE as soon as a reply has arrived and hands the replies over a decoding's worth at
+    a time: walked replies a batch at a time, hiredis's lists ``LIST_DECODE_ROWS`` at a time
+    (decoding 10,000 of those at once made the reader 15% slower, its working set of some
+    170,000 Python objects no longer fitting the CPU's caches). This thread cuts and decodes
+    them, while Redis serves the next pages, and joins the decoded parts into one batch of
+    ``TARGET_BATCH_ROWS`` or more for Spark.
 
     ``context`` names the query and micro-batch in dead letters (the Spark adapter reads it
     from the task's local properties). Runs on executors.
     """
     decode = _page_decoder(options, read)
     finish = _batch_finisher(options, context)
-    page_size = options.page_size
-    batch_rows = max(TARGET_BATCH_ROWS, page_size)
-    upto = str(read.upto)
+    batch_rows = max(TARGET_BATCH_ROWS, options.page_size)
     found = 0
+    decoded: list[DecodedPage] = []
+    decoded_rows = 0
+    with cyclic_gc_paused():
+        for replies in read_ahead(partial(_received_replies, options, read)):
+            found += len(replies)
+            decoded.append(decode(replies.cut()))
+            decoded_rows += len(replies)
+            if decoded_rows >= batch_rows:
+                yield finish(decoded)
+                decoded, decoded_rows = [], 0
+        if decoded:
+            yield finish(decoded)
+    _check_nothing_vanished(options, read, found, context)
+
+
+def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[KeptReplies | Listed]:
+    """``read``'s XRANGE replies in order, a decoding's worth at a time; on the read-ahead thread.
+
+    The next page is asked for as soon as a reply's last byte has arrived, before any of it is
+    cut. Replies are read raw from the connection: redis-py's per-entry reply parsing would
+    build dicts only to throw them away.
+    """
+    page_size = options.page_size
+    upto = str(read.upto)
     with (
         raw_connection(options.endpoint) as connection,
         translate_errors(options.endpoint),
-        cyclic_gc_paused(),
     ):
         pages = _reply_reader(options, connection)
         pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
         awaiting_reply = True
-        waiting: list[Page] = []  # pages not yet decoded
+        waiting: list[Page] = []  # replies not yet handed over
         waiting_rows = 0
-        decoded: list[DecodedPage] = []
-        decoded_rows = 0
         while awaiting_reply:
             page = pages.read()
             awaiting_reply = False
@@ -82,21 +105,13 @@ def read_range(
                 last = pages.last_id(page)
                 pages.send("XRANGE", read.stream, b"(" + last, upto, "COUNT", page_size)
                 awaiting_reply = True
-            found += len(page)
             if len(page):
                 waiting.append(page)
                 waiting_rows += len(page)
             del page
-            if waiting_rows < _decode_rows(waiting) and awaiting_reply:
-                continue
-            if waiting:
-                decoded.append(decode(pages.join(waiting)))
-                decoded_rows += waiting_rows
+            if waiting and (waiting_rows >= _decode_rows(waiting) or not awaiting_reply):
+                yield pages.hand_over(waiting)
                 waiting, waiting_rows = [], 0
-            if decoded_rows >= batch_rows or (decoded and not awaiting_reply):
-                yield finish(decoded)
-                decoded, decoded_rows = [], 0
-    _check_nothing_vanished(options, read, found, context)
 
 
 def _decode_rows(waiting: list[Page]) -> int:
@@ -104,6 +119,19 @@ def _decode_rows(waiting: list[Page]) -> int:
     if any(isinstance(page, list) for page in waiting):
         return LIST_DECODE_ROWS
     return COLUMN_DECODE_ROWS
+
+
+@dataclass(frozen=True)
+class Listed:
+    """Replies parsed by hiredis, handed over as they are."""
+
+    pages: Sequence[Any]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.pages))
+
+    def cut(self) -> ColumnPage | Sequence[RawEntry]:
+        return joined_pages(self.pages)
 
 
 class _HiredisReplies:
@@ -125,8 +153,8 @@ class _HiredisReplies:
         return last
 
     @staticmethod
-    def join(pages: Sequence[Any]) -> ColumnPage | Sequence[RawEntry]:
-        return joined_pages(pages)
+    def hand_over(pages: Sequence[Any]) -> Listed:
+        return Listed(pages)
 
 
 def _reply_reader(options: SourceOptions, connection: Any) -> XrangePages | _HiredisReplies:

@@ -3,14 +3,16 @@
 redis-py sends the command (and has done the connection's handshake, TLS and AUTH included);
 the reply's bytes are then taken off the socket here and cut by ``atlasbus.xrange_reply``
 without building a Python object per value. A reply is walked as its bytes arrive and kept in
-the buffer; the replies of a micro-batch's part are cut together (``join``), in one gather. A
-page whose entries differ in their fields is parsed by hiredis from the same bytes. A reply
-that is not an array of entries (an error, say) is handed to hiredis with everything after it,
-and so is every later reply on this connection.
+the buffer; the replies of a micro-batch's part are handed over in that buffer (``hand_over``,
+on the thread that receives them) and cut together, in one gather (``KeptReplies.cut``, on the
+thread that decodes them). A page whose entries differ in their fields is parsed by hiredis from
+the same bytes. A reply that is not an array of entries (an error, say) is handed to hiredis
+with everything after it, and so is every later reply on this connection.
 """
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,22 +44,61 @@ class WalkedReply:
 Page = WalkedReply | list[Any]
 
 
+@dataclass(frozen=True)
+class KeptReplies:
+    """Replies handed over in the buffer they were read into, to be cut by another thread."""
+
+    buffer: np.ndarray
+    pages: Sequence[Page]
+    release: Any  # takes the buffer back once the replies are cut
+
+    def __len__(self) -> int:
+        return sum(map(len, self.pages))
+
+    def cut(self) -> ColumnPage | Sequence[Any]:
+        """The replies as one page: columns when all were walked and share one field layout,
+        else hiredis's entry lists. The buffer goes back to its ``XrangePages`` after."""
+        walks = [page.walk for page in self.pages if isinstance(page, WalkedReply)]
+        joined: ColumnPage | Sequence[Any] | None = None
+        if len(walks) == len(self.pages):
+            joined = cut_replies(self.buffer, walks)
+        if joined is None:
+            joined = joined_pages([self._cut_alone(page) for page in self.pages])
+        self.release(self.buffer)
+        return joined
+
+    def _cut_alone(self, page: Page) -> ColumnPage | list[Any]:
+        """One page as columns if its own entries share a layout, else as hiredis parses it."""
+        if not isinstance(page, WalkedReply):
+            return page
+        cut = cut_reply(self.buffer, page.walk)
+        if cut is not None:
+            return cut
+        one = _hiredis_reader()
+        one.feed(self.buffer[page.walk.begin : page.walk.position].tobytes())
+        entries: list[Any] = one.gets()
+        return entries
+
+
 class XrangePages:
     """Reads the replies to XRANGE commands sent on ``connection``, in order.
 
     ``read`` gives each reply as soon as its last byte is walked (so the next command can be
     sent before any of it is cut), as a ``WalkedReply`` or, once a reply was not an array of
-    entries, as hiredis's list of [ID, [name, value, ...]] items. ``join`` cuts replies read
-    since the last join into one page. The connection must have no unread reply when this
-    starts.
+    entries, as hiredis's list of [ID, [name, value, ...]] items. ``hand_over`` gives the
+    replies read since the last hand-over, in their buffer, and goes on in a spare one. The
+    connection must have no unread reply when this starts.
     """
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
         self._buffer = np.empty(_FIRST_BUFFER, np.uint8)
         self._filled = 0
-        self._kept = 0  # the replies read since the last join lie in buffer[:kept]
+        self._kept = 0  # the replies read since the last hand-over lie in buffer[:kept]
         self._hiredis: Any = None  # once set, every reply is read through it
+        # Buffers whose replies were cut, put back by the decoding thread: one being filled,
+        # one handed over and one being cut make three at most.
+        self._spares: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
     def send(self, *args: Any) -> None:
         self._connection.send_command(*args)
@@ -88,34 +129,20 @@ class XrangePages:
         last: bytes = page.last_id if isinstance(page, WalkedReply) else page[-1][0]
         return last
 
-    def join(self, pages: Sequence[Page]) -> ColumnPage | Sequence[Any]:
-        """``pages``, every non-empty reply read since the last join, in order, as one page.
-
-        Columns when all were walked and share one field layout; else hiredis's entry lists.
-        Releases the walked replies' bytes, so a reply left out is lost.
-        """
-        walks = [page.walk for page in pages if isinstance(page, WalkedReply)]
-        joined: ColumnPage | Sequence[Any] | None = None
-        if len(walks) == len(pages):
-            joined = cut_replies(self._buffer, walks)
-        if joined is None:
-            joined = joined_pages([self._cut_alone(page) for page in pages])
+    def hand_over(self, pages: Sequence[Page]) -> KeptReplies:
+        """``pages``, every non-empty reply read since the last hand-over, in order, in their
+        buffer; reading goes on in a spare buffer, so a reply left out is lost."""
+        kept = self._buffer
         rest = self._filled - self._kept
-        self._buffer[:rest] = self._buffer[self._kept : self._filled]
-        self._filled, self._kept = rest, 0
-        return joined
-
-    def _cut_alone(self, page: Page) -> ColumnPage | list[Any]:
-        """One page as columns if its own entries share a layout, else as hiredis parses it."""
-        if not isinstance(page, WalkedReply):
-            return page
-        cut = cut_reply(self._buffer, page.walk)
-        if cut is not None:
-            return cut
-        one = _hiredis_reader()
-        one.feed(self._buffer[page.walk.begin : page.walk.position].tobytes())
-        entries: list[Any] = one.gets()
-        return entries
+        try:
+            spare = self._spares.get_nowait()
+        except queue.Empty:
+            spare = np.empty(len(kept), np.uint8)
+        if len(spare) < rest:
+            spare = np.empty(2 * rest, np.uint8)
+        spare[:rest] = kept[self._kept : self._filled]
+        self._buffer, self._filled, self._kept = spare, rest, 0
+        return KeptReplies(kept, pages, self._spares.put)
 
     def _read_with_hiredis(self) -> list[Any]:
         """The next reply parsed by hiredis from the bytes after the walked replies'."""
