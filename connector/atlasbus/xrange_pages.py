@@ -13,7 +13,7 @@ with everything after it, and so is every later reply on this connection.
 from __future__ import annotations
 
 import queue
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ class KeptReplies:
 
     buffer: np.ndarray
     pages: Sequence[Page]
-    release: Any  # takes the buffer back once the replies are cut
+    release: Callable[[np.ndarray], None]  # takes the buffer back once the replies are cut
 
     def __len__(self) -> int:
         return sum(map(len, self.pages))
