@@ -54,9 +54,9 @@ def read_range(
     next XRANGE as soon as a reply has arrived and hands the replies over a decoding's worth at
     a time: walked replies a batch at a time, hiredis's lists ``LIST_DECODE_ROWS`` at a time
     (decoding 10,000 of those at once made the reader 15% slower, its working set of some
-    170,000 Python objects no longer fitting the CPU's caches). This thread cuts and decodes
-    them, while Redis serves the next pages, and joins the decoded parts into one batch of
-    ``TARGET_BATCH_ROWS`` or more for Spark.
+    170,000 Python objects no longer fitting the CPU's caches). The task's thread cuts and
+    decodes them while Redis serves the next pages, and joins the decoded parts into one batch
+    of ``TARGET_BATCH_ROWS`` or more for Spark.
 
     ``context`` names the query and micro-batch in dead letters (the Spark adapter reads it
     from the task's local properties). Runs on executors.
