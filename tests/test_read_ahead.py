@@ -159,3 +159,18 @@ def test_a_task_that_stops_early_leaves_no_thread_and_a_clean_connection(
     # The connection left with a reply unread was closed, not reused: the next read is whole.
     again = [row["id"] for batch in read_range(options, whole) for row in batch.to_pylist()]
     assert again == ids
+
+
+def test_a_task_that_fails_ends_its_receiving_thread_while_the_error_is_still_held(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    publish(r, prefix, "t", 3 * TARGET_BATCH_ROWS)
+    options = parse_source_options(
+        {"url": redis_url, "streamPrefix": prefix, "topics": "t", "pageSize": "500"}
+    )
+    batches = read_range(options, ReadRange(f"{prefix}:t", "t", ZERO, EntryId(2**63, 0)))
+    assert next(batches).num_rows == TARGET_BATCH_ROWS
+    with pytest.raises(RuntimeError, match="the sink failed") as failed:
+        batches.throw(RuntimeError("the sink failed"))
+    assert failed.tb is not None  # the traceback, and the frames it holds, are still alive
+    assert read_ahead_threads() == []

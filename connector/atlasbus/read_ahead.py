@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from contextlib import suppress
 from typing import TypeVar
 
@@ -26,7 +26,7 @@ class _Ended:
         self.error = error
 
 
-def read_ahead(items: Callable[[], Generator[T]], *, ahead: int = 1) -> Iterator[T]:
+def read_ahead(items: Callable[[], Generator[T]], *, ahead: int = 1) -> Generator[T]:
     """Yield what ``items()`` yields, produced on another thread at most ``ahead`` items early.
 
     An error ``items()`` raises is raised here, after the items before it. When the consumer

@@ -14,6 +14,7 @@ micro-batch adds nothing twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -67,8 +68,13 @@ def read_range(
     found = 0
     decoded: list[DecodedPage] = []
     decoded_rows = 0
-    with cyclic_gc_paused():
-        for replies in read_ahead(partial(_received_replies, options, read)):
+    # closing: a task that fails or stops early ends the receiving thread there and then, not
+    # when a traceback holding this frame lets the generator go.
+    with (
+        cyclic_gc_paused(),
+        closing(read_ahead(partial(_received_replies, options, read))) as received,
+    ):
+        for replies in received:
             found += len(replies)
             decoded.append(decode(replies.cut()))
             decoded_rows += len(replies)
