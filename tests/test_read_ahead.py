@@ -174,3 +174,51 @@ def test_a_task_that_fails_ends_its_receiving_thread_while_the_error_is_still_he
         batches.throw(RuntimeError("the sink failed"))
     assert failed.tb is not None  # the traceback, and the frames it holds, are still alive
     assert read_ahead_threads() == []
+
+
+def test_a_range_of_several_batches_read_while_the_bus_appends_deletes_and_trims(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Many pages and hand-overs while another client appends past the range, XDELs inside it
+    and trims its front: what is returned is in order, never twice, and holds every entry
+    nobody removed."""
+    stream = f"{prefix}:t"
+    ids = publish(r, prefix, "t", 3 * TARGET_BATCH_ROWS)
+    upto = EntryId.parse(ids[-1])
+    doomed = ids[TARGET_BATCH_ROWS::7]  # deleted while the range is read
+    trimmed_below = ids[200]  # the front trimmed away meanwhile
+    stop = threading.Event()
+
+    def bus_at_work() -> None:
+        client = redis.Redis.from_url(redis_url)
+        n = len(ids)
+        for start in range(0, len(doomed), 50):
+            client.xadd(stream, envelope("t", n))
+            n += 1
+            client.xdel(stream, *doomed[start : start + 50])
+        client.xtrim(stream, minid=trimmed_below)
+        while not stop.is_set():
+            client.xadd(stream, envelope("t", n))
+            n += 1
+        client.close()
+
+    options = parse_source_options(
+        {"url": redis_url, "streamPrefix": prefix, "topics": "t", "pageSize": "97"}
+    )
+    worker = threading.Thread(target=bus_at_work)
+    worker.start()
+    try:
+        got = [
+            row["id"]
+            for batch in read_range(options, ReadRange(stream, "t", ZERO, upto))
+            for row in batch.select(["id"]).to_pylist()
+        ]
+    finally:
+        stop.set()
+        worker.join()
+    position = {entry_id: i for i, entry_id in enumerate(ids)}
+    assert all(entry_id in position for entry_id in got)  # nothing past the range
+    assert [position[entry_id] for entry_id in got] == sorted({position[i] for i in got})
+    removed = set(doomed) | set(ids[:200])
+    assert set(ids) - removed <= set(got)  # every entry nobody removed
+    assert r.xlen(stream) > len(ids) - len(removed)  # the stream grew meanwhile

@@ -75,9 +75,10 @@ def read_range(
         closing(read_ahead(partial(_received_replies, options, read))) as received,
     ):
         for replies in received:
-            found += len(replies)
+            rows = len(replies)
+            found += rows
             decoded.append(decode(replies.cut()))
-            decoded_rows += len(replies)
+            decoded_rows += rows
             if decoded_rows >= batch_rows:
                 yield finish(decoded)
                 decoded, decoded_rows = [], 0
