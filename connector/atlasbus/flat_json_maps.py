@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA = 34, 58, 44
@@ -62,7 +62,7 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
     return pa.MapArray.from_arrays(pa.array(map_offsets), keys, items)
 
 
-@compiled
+@inlined
 def _same_text(data: int, a: int, b: int, length: int) -> bool:
     k = 0
     while k < length and byte_at(data, a + k) == byte_at(data, b + k):
@@ -75,7 +75,7 @@ def _same_text(data: int, a: int, b: int, length: int) -> bool:
 _KEY_AT, _KEY_LENGTH, _VALUE_AT, _VALUE_LENGTH = range(4)
 
 
-@compiled
+@inlined
 def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
     """The pairs of the flat object from ``pos`` to ``end``, noted in ``places``; -1 when the
     text is not such an object."""
@@ -128,7 +128,7 @@ def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
             return -1
 
 
-@compiled
+@inlined
 def _is_null(data: int, pos: int) -> bool:
     return bool(
         byte_at(data, pos) == _N

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled
+from atlasbus.compiled import binary_column, byte_at, compiled, inlined
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA, _MINUS, _PLUS, _DOT = 34, 58, 44, 45, 43, 46
@@ -50,12 +50,12 @@ def json_object_texts(values: pa.Array) -> pa.Array | None:
         return None
 
 
-@compiled
+@inlined
 def _is_digit(byte: int) -> bool:
     return _ZERO <= byte <= _NINE
 
 
-@compiled
+@inlined
 def _after_number(data: int, pos: int, end: int) -> int:
     """Past the JSON number at ``pos``; -1 when malformed or not clearly finite."""
     if byte_at(data, pos) == _MINUS:
@@ -117,7 +117,7 @@ def _below_largest_double(data: int, start: int, end: int) -> bool:
     return True
 
 
-@compiled
+@inlined
 def _four_bytes(data: int, pos: int) -> int:
     return (
         int(byte_at(data, pos))
@@ -127,7 +127,7 @@ def _four_bytes(data: int, pos: int) -> int:
     )
 
 
-@compiled
+@inlined
 def _after_literal(data: int, pos: int, end: int) -> int:
     """Past ``true``, ``false`` or ``null`` at ``pos``; -1 if it is none of them."""
     if pos + 4 > end:
@@ -140,7 +140,7 @@ def _after_literal(data: int, pos: int, end: int) -> int:
     return -1
 
 
-@compiled
+@inlined
 def _after_key(data: int, pos: int, end: int) -> int:
     """Past the colon of the member whose key starts at ``pos``; -1 if there is none."""
     pos = skip_space(data, pos, end)
@@ -155,7 +155,7 @@ def _after_key(data: int, pos: int, end: int) -> int:
     return pos + 1
 
 
-@compiled
+@inlined
 def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
     """Whether the text from ``pos`` to ``end`` is one JSON object: a loop, no recursion."""
     pos = skip_space(data, pos, end)

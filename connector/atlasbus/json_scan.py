@@ -8,14 +8,14 @@ would rather leave it to orjson.
 
 from __future__ import annotations
 
-from atlasbus.compiled import byte_at, compiled, has_byte, has_byte_below, word_at
+from atlasbus.compiled import byte_at, compiled, has_byte, has_byte_below, inlined, word_at
 
 _SPACE, _TAB, _LF, _CR = 32, 9, 10, 13
 _QUOTE, _BACKSLASH, _LOWER_U, _ZERO = 34, 92, 117, 48
 _SIMPLE_ESCAPES = tuple(b'"\\/bfnrt')
 
 
-@compiled
+@inlined
 def skip_space(data: int, pos: int, end: int) -> int:
     """The first position from ``pos`` that is not JSON whitespace (or ``end``)."""
     while pos < end:
@@ -26,7 +26,7 @@ def skip_space(data: int, pos: int, end: int) -> int:
     return pos
 
 
-@compiled
+@inlined
 def skip_plain_words(data: int, pos: int, end: int) -> int:
     """Past the 8-byte words from ``pos`` that hold no quote, backslash or control byte: string
     text a word at a time, where a byte at a time cost four times as much on long values."""
@@ -38,7 +38,7 @@ def skip_plain_words(data: int, pos: int, end: int) -> int:
     return pos
 
 
-@compiled
+@inlined
 def after_string(data: int, pos: int, end: int, escapes: bool) -> int:
     """Past the closing quote of the string whose text starts at ``pos``.
 
