@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, int_at, put_int
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA = 34, 58, 44
@@ -37,8 +37,10 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
     if column is None:
         return None
     data, offsets = column
+    longest = int(np.max(offsets[1:] - offsets[:-1]))
+    places = np.empty(_NOTES * (longest // _SHORTEST_PAIR + 1), np.int64)
     taken, map_offsets, key_offsets, key_data, value_offsets, value_data, valid = _flat_maps(
-        data, offsets
+        data, offsets, places
     )
     if not taken:
         return None
@@ -70,15 +72,16 @@ def _same_text(data: int, a: int, b: int, length: int) -> bool:
     return k == length
 
 
-# The rows of the ``places`` array in which _object_pairs notes each pair: where its key and
+# What _object_pairs notes of each pair, at ``places[_NOTES * pair + ...]``: where its key and
 # value start and how long they are (a null value's length is -1).
 _KEY_AT, _KEY_LENGTH, _VALUE_AT, _VALUE_LENGTH = range(4)
+_NOTES = 4
 
 
 @inlined
-def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
-    """The pairs of the flat object from ``pos`` to ``end``, noted in ``places``; -1 when the
-    text is not such an object."""
+def _object_pairs(data: int, pos: int, end: int, places: int) -> int:
+    """The pairs of the flat object from ``pos`` to ``end``, noted in the int64 array at address
+    ``places`` (``put_int``); -1 when the text is not such an object."""
     pos = skip_space(data, pos, end)
     if pos >= end or byte_at(data, pos) != _OPEN:
         return -1
@@ -92,11 +95,12 @@ def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
         after = after_string(data, pos + 1, end, False)
         if after < 0:
             return -1
-        places[_KEY_AT, pairs] = pos + 1
-        places[_KEY_LENGTH, pairs] = after - pos - 2
+        key_at, key_length = pos + 1, after - pos - 2
+        put_int(places, _NOTES * pairs + _KEY_AT, key_at)
+        put_int(places, _NOTES * pairs + _KEY_LENGTH, key_length)
         for earlier in range(pairs):
-            if places[_KEY_LENGTH, earlier] == places[_KEY_LENGTH, pairs] and _same_text(
-                data, places[_KEY_AT, earlier], places[_KEY_AT, pairs], places[_KEY_LENGTH, pairs]
+            if int_at(places, _NOTES * earlier + _KEY_LENGTH) == key_length and _same_text(
+                data, int_at(places, _NOTES * earlier + _KEY_AT), key_at, key_length
             ):
                 return -1  # a repeated key: orjson's path keeps the last value at the first place
         pos = skip_space(data, after, end)
@@ -107,12 +111,12 @@ def _object_pairs(data: int, pos: int, end: int, places: Any) -> int:
             after = after_string(data, pos + 1, end, False)
             if after < 0:
                 return -1
-            places[_VALUE_AT, pairs] = pos + 1
-            places[_VALUE_LENGTH, pairs] = after - pos - 2
+            put_int(places, _NOTES * pairs + _VALUE_AT, pos + 1)
+            put_int(places, _NOTES * pairs + _VALUE_LENGTH, after - pos - 2)
             pos = after
         elif pos + 4 <= end and _is_null(data, pos):
-            places[_VALUE_AT, pairs] = pos
-            places[_VALUE_LENGTH, pairs] = -1
+            put_int(places, _NOTES * pairs + _VALUE_AT, pos)
+            put_int(places, _NOTES * pairs + _VALUE_LENGTH, -1)
             pos += 4
         else:
             return -1
@@ -139,30 +143,30 @@ def _is_null(data: int, pos: int) -> bool:
 
 
 @compiled
-def _flat_maps(data: Any, offsets: Any) -> Any:
+def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
     """Parse every value twice: first to check it and size the buffers, then to fill them.
+
+    ``places``: room for ``_object_pairs``'s notes on the pairs of the longest value, given by
+    the caller, which keeps it alive while they are written through its address.
 
     Returns whether all values were taken, then the map offsets, the keys' offsets and bytes,
     the values' offsets and bytes, and which values are not null.
     """
     address = data.ctypes.data
+    notes = places.ctypes.data
     rows = offsets.shape[0] - 1
-    longest = 0
-    for row in range(rows):
-        longest = max(longest, offsets[row + 1] - offsets[row])
-    places = np.empty((4, longest // _SHORTEST_PAIR + 1), np.int64)
     map_offsets = np.zeros(rows + 1, np.int32)
     key_bytes = 0
     value_bytes = 0
     for row in range(rows):
-        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), places)
+        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), notes)
         if pairs < 0:
             none = np.zeros(1, np.int32)
             return False, map_offsets, none, data[:0], none, data[:0], np.zeros(0, np.bool_)
         map_offsets[row + 1] = map_offsets[row] + pairs
         for pair in range(pairs):
-            key_bytes += places[_KEY_LENGTH, pair]
-            value_bytes += max(places[_VALUE_LENGTH, pair], 0)
+            key_bytes += places[_NOTES * pair + _KEY_LENGTH]
+            value_bytes += max(places[_NOTES * pair + _VALUE_LENGTH], 0)
     total = map_offsets[rows]
     key_offsets = np.zeros(total + 1, np.int32)
     value_offsets = np.zeros(total + 1, np.int32)
@@ -171,17 +175,19 @@ def _flat_maps(data: Any, offsets: Any) -> Any:
     valid = np.ones(total, np.bool_)
     at = 0
     for row in range(rows):
-        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), places)
+        pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), notes)
         for pair in range(pairs):
-            length = places[_KEY_LENGTH, pair]
-            copy_bytes(key_data, key_offsets[at], data, places[_KEY_AT, pair], length)
+            length = places[_NOTES * pair + _KEY_LENGTH]
+            copy_bytes(key_data, key_offsets[at], data, places[_NOTES * pair + _KEY_AT], length)
             key_offsets[at + 1] = key_offsets[at] + length
-            length = places[_VALUE_LENGTH, pair]
+            length = places[_NOTES * pair + _VALUE_LENGTH]
             if length < 0:
                 valid[at] = False
                 length = 0
             else:
-                copy_bytes(value_data, value_offsets[at], data, places[_VALUE_AT, pair], length)
+                copy_bytes(
+                    value_data, value_offsets[at], data, places[_NOTES * pair + _VALUE_AT], length
+                )
             value_offsets[at + 1] = value_offsets[at] + length
             at += 1
     return True, map_offsets, key_offsets, key_data, value_offsets, value_data, valid

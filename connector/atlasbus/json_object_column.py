@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled, inlined
+from atlasbus.compiled import binary_column, byte_at, compiled, inlined, put_byte
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA, _MINUS, _PLUS, _DOT = 34, 58, 44, 45, 43, 46
@@ -42,7 +42,7 @@ def json_object_texts(values: pa.Array) -> pa.Array | None:
     if column is None:
         return None
     data, offsets = column
-    if not _all_objects(data.ctypes.data, offsets):
+    if not _all_objects(data.ctypes.data, offsets, np.empty(_DEEPEST, np.uint8)):
         return None
     try:
         return values.cast(pa.string())  # checks the UTF-8, inside strings the only non-ASCII
@@ -156,8 +156,11 @@ def _after_key(data: int, pos: int, end: int) -> int:
 
 
 @inlined
-def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
-    """Whether the text from ``pos`` to ``end`` is one JSON object: a loop, no recursion."""
+def _is_object(data: int, pos: int, end: int, stack: int) -> bool:
+    """Whether the text from ``pos`` to ``end`` is one JSON object: a loop, no recursion.
+
+    ``stack`` is the address of ``_DEEPEST`` bytes, the open brackets (``put_byte``).
+    """
     pos = skip_space(data, pos, end)
     if pos >= end or byte_at(data, pos) != _OPEN_OBJECT:
         return False
@@ -170,9 +173,9 @@ def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
                 return False
             byte = byte_at(data, pos)
             if byte in (_OPEN_OBJECT, _OPEN_ARRAY):
-                if depth == stack.shape[0]:
+                if depth == _DEEPEST:
                     return False
-                stack[depth] = byte
+                put_byte(stack, depth, byte)
                 depth += 1
                 pos = skip_space(data, pos + 1, end)
                 if pos < end and byte_at(data, pos) == byte + 2:  # empty
@@ -202,12 +205,12 @@ def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
         byte = byte_at(data, pos)
         if byte == _COMMA:
             pos += 1
-            if stack[depth - 1] == _OPEN_OBJECT:
+            if byte_at(stack, depth - 1) == _OPEN_OBJECT:
                 pos = _after_key(data, pos, end)
                 if pos < 0:
                     return False
             expect_value = True
-        elif byte == stack[depth - 1] + 2:
+        elif byte == byte_at(stack, depth - 1) + 2:
             depth -= 1
             pos += 1
         else:
@@ -215,9 +218,10 @@ def _is_object(data: int, pos: int, end: int, stack: Any) -> bool:
 
 
 @compiled
-def _all_objects(data: int, offsets: Any) -> bool:
-    stack = np.empty(_DEEPEST, np.uint8)
+def _all_objects(data: int, offsets: Any, stack: Any) -> bool:
+    """``stack``: ``_DEEPEST`` bytes, given by the caller, which keeps them alive."""
+    stack_address = stack.ctypes.data
     for row in range(offsets.shape[0] - 1):
-        if not _is_object(data, int(offsets[row]), int(offsets[row + 1]), stack):
+        if not _is_object(data, int(offsets[row]), int(offsets[row + 1]), stack_address):
             return False
     return True
