@@ -159,6 +159,36 @@ def test_a_reply_cut_anywhere_resumes_to_the_same_page(
     assert page is not None and as_entries(page) == hiredis_of(data)
 
 
+def test_values_of_every_length_read_whole_however_the_bytes_arrive(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """Lengths of 1 to 3 digits are read unrolled, longer ones by the general loop: both, at
+    each digit count's edges, byte by byte as well as all at once."""
+    lengths = [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 1001, 12345]
+    for length in lengths:
+        r.xadd(stream, {"v": b"x" * length, "n": str(length)})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    buffer = np.frombuffer(data, np.uint8)
+    walk = Walk()
+    for end in range(len(data)):
+        assert walk_reply(buffer, end, walk) == MORE, end
+    assert walk_reply(buffer, len(data), walk) == COMPLETE
+    page = cut_reply(buffer, walk)
+    assert page is not None
+    assert [len(value) for value in page.columns[b"v"].to_pylist()] == lengths
+    assert as_entries(page) == hiredis_of(data)
+    whole = cut_whole(data)
+    assert whole is not None and as_entries(whole) == as_entries(page)
+
+
+@pytest.mark.parametrize(
+    "length", [b"1x", b"x", b"", b"-1", b"1\n", b"12x", b"123x", b"1234x"], ids=repr
+)
+def test_a_length_that_is_not_a_number_is_refused(length: bytes) -> None:
+    data = b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\na\r\n$" + length + b"\r\nbbbbbbbbbbbb\r\n"
+    assert walk_reply(np.frombuffer(data, np.uint8), len(data), Walk()) == NOT_XRANGE
+
+
 def test_what_is_not_an_array_of_entries_is_refused(redis_url: str) -> None:
     for data in (b"-WRONGTYPE Operation against a key\r\n", b":1\r\n", b"*1\r\n:1\r\n"):
         assert walk_reply(np.frombuffer(data, np.uint8), len(data), Walk()) == NOT_XRANGE

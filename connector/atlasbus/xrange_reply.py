@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.compiled import byte_at, compiled, copy_bytes, word_at
+from atlasbus.compiled import byte_at, compiled, copy_bytes, inlined, word_at
 
 # What a walk of the buffer found.
 MORE = 0  # the reply is not all there yet: read more bytes and walk again from where it stopped
@@ -33,7 +33,7 @@ COMPLETE = 1  # the reply ends at the returned position
 NOT_XRANGE = -1  # not an array of [ID, [name, value, ...]] (an error reply, say): use hiredis
 FULL = 2  # the walk's arrays for names and values are full: grow them and walk on
 
-_ASTERISK, _DOLLAR, _CR, _MINUS = 42, 36, 13, 45
+_ASTERISK, _DOLLAR, _CR, _MINUS, _ZERO = 42, 36, 13, 45, 48
 
 
 @compiled
@@ -64,6 +64,32 @@ def _number(buf: int, pos: int, end: int) -> tuple[int, int]:
     return 0, -1
 
 
+@inlined
+def _short_length(buf: int, pos: int) -> tuple[int, int]:
+    """The decimal of 1 to 3 digits at ``pos`` ended by CR, and the position after its CRLF;
+    -1 as the position for any other text. The caller keeps ``pos + 3`` within the bytes read.
+
+    A bulk string's length, unrolled: ``_number``'s loop, whose trip count varies from value
+    to value, took 40% of the walk's time.
+    """
+    first = byte_at(buf, pos) - _ZERO
+    if first < 0 or first > 9:
+        return 0, -1
+    byte = byte_at(buf, pos + 1)
+    if byte == _CR:
+        return first, pos + 3
+    second = byte - _ZERO
+    if second < 0 or second > 9:
+        return 0, -1
+    byte = byte_at(buf, pos + 2)
+    if byte == _CR:
+        return 10 * first + second, pos + 4
+    third = byte - _ZERO
+    if third < 0 or third > 9 or byte_at(buf, pos + 3) != _CR:
+        return 0, -1
+    return 100 * first + 10 * second + third, pos + 5
+
+
 @compiled
 def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
     """A bulk string at ``pos``: (status, its start, its length)."""
@@ -71,7 +97,11 @@ def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
         return MORE, 0, 0
     if byte_at(buf, pos) != _DOLLAR:
         return NOT_XRANGE, 0, 0
-    length, start = _number(buf, pos + 1, end)
+    start = -1
+    if pos + 5 <= end:
+        length, start = _short_length(buf, pos + 1)
+    if start < 0:  # a longer length, or one not all read yet
+        length, start = _number(buf, pos + 1, end)
     if start == -1:
         return MORE, 0, 0
     if start < 0 or length < 0:
