@@ -83,6 +83,17 @@ def cut_whole(data: bytes) -> ColumnPage | None:
     return cut_reply(buffer, walk)
 
 
+def cut_arriving_byte_by_byte(data: bytes) -> ColumnPage | None:
+    """Walk ``data`` as if its bytes arrived one at a time: every cut point must ask for more,
+    never misread; then cut it."""
+    buffer = np.frombuffer(data, np.uint8)
+    walk = Walk()
+    for end in range(len(data)):
+        assert walk_reply(buffer, end, walk) == MORE, end
+    assert walk_reply(buffer, len(data), walk) == COMPLETE
+    return cut_reply(buffer, walk)
+
+
 @pytest.fixture
 def stream(r: redis.Redis) -> Iterator[str]:
     name = f"x{uuid.uuid4().hex[:10]}:t"
@@ -150,12 +161,7 @@ def test_a_reply_cut_anywhere_resumes_to_the_same_page(
     for value in HOSTILE:
         r.xadd(stream, {"k": value, "n": b"12"})
     data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
-    buffer = np.frombuffer(data, np.uint8)
-    walk = Walk()
-    for end in range(len(data)):
-        assert walk_reply(buffer, end, walk) == MORE, end
-    assert walk_reply(buffer, len(data), walk) == COMPLETE
-    page = cut_reply(buffer, walk)
+    page = cut_arriving_byte_by_byte(data)
     assert page is not None and as_entries(page) == hiredis_of(data)
 
 
@@ -168,12 +174,7 @@ def test_values_of_every_length_read_whole_however_the_bytes_arrive(
     for length in lengths:
         r.xadd(stream, {"v": b"x" * length, "n": str(length)})
     data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
-    buffer = np.frombuffer(data, np.uint8)
-    walk = Walk()
-    for end in range(len(data)):
-        assert walk_reply(buffer, end, walk) == MORE, end
-    assert walk_reply(buffer, len(data), walk) == COMPLETE
-    page = cut_reply(buffer, walk)
+    page = cut_arriving_byte_by_byte(data)
     assert page is not None
     assert [len(value) for value in page.columns[b"v"].to_pylist()] == lengths
     assert as_entries(page) == hiredis_of(data)
