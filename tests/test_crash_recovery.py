@@ -203,3 +203,48 @@ def test_exactly_once_across_driver_kills_while_publishers_append(
     _report(sink, run["published"], written, run["restart_seconds"])
     assert len(run["published"]) == TOTAL
     assert Counter(written) == Counter(run["published"])
+
+
+def _largest_read(r: redis.Redis, checkpoint: Path) -> int:
+    """The most entries one micro-batch read from one stream, from the query's offsets log
+    (each file: a version line, the batch's metadata, then the source's offsets as JSON)."""
+    from atlasbus.offsets import StreamOffsets
+
+    previous: dict[str, str] = {}
+    largest = 0
+    batches = sorted(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    for batch in batches:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        offsets = StreamOffsets.from_json(lines[2])
+        for stream in offsets:
+            after, upto = previous.get(stream), str(offsets[stream])
+            low = f"({after}" if after is not None else "-"
+            largest = max(largest, len(r.xrange(stream, low, upto)))
+            previous[stream] = upto
+    return largest
+
+
+@pytest.mark.spark
+def test_exactly_once_across_driver_kills_when_tasks_hand_over_several_batches(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """Tasks of more entries than the reader decodes at once, so that each task's receiving
+    thread hands over several batches (``reader.COLUMN_DECODE_ROWS``): partitions of up to
+    25,000 entries and a publisher fast enough, with bursts, that the backlog a restart finds
+    fills them. The offsets log shows that some micro-batch read more than that from a stream."""
+    from atlasbus.reader import COLUMN_DECODE_ROWS
+
+    out = str(tmp_path / "out")
+    checkpoint = tmp_path / "ck"
+    args = ["--url", redis_url, "--prefix", prefix, "--checkpoint", str(checkpoint)]
+    args += ["--sink", "parquet", "--out", out]
+    args += ["--source-option", "maxEntriesPerPartition=25000"]
+    publisher = Publisher(redis_url, prefix, total=200_000, per_second=3_000, burst=15_000)
+    run = _crash_and_recover(args, redis_url, prefix, tmp_path / "query.log", publisher=publisher)
+    written = [row["correlation_id"] for row in spark.read.parquet(out).collect()]
+    _report("parquet, tasks of several batches", run["published"], written, run["restart_seconds"])
+    assert len(run["published"]) == 200_000
+    assert Counter(written) == Counter(run["published"])
+    largest = _largest_read(r, checkpoint)
+    print(f"largest read of one stream in one micro-batch: {largest} entries")
+    assert largest > COLUMN_DECODE_ROWS
