@@ -89,6 +89,13 @@ def copy_bytes(
     return signature, generate
 
 
+def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:
+    """In generated code: a pointer to element ``index`` of the ``bits``-wide integers at the
+    integer ``address``, for the loads and stores below."""
+    pointer = builder.inttoptr(address, ir.IntType(bits).as_pointer())
+    return builder.gep(pointer, [index])
+
+
 @intrinsic
 def byte_at(typing_context: Any, address: Any, index: Any) -> Any:
     """The byte at ``address + index``, unchecked.
@@ -102,8 +109,7 @@ def byte_at(typing_context: Any, address: Any, index: Any) -> Any:
 
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value = args
-        pointer = builder.inttoptr(address_value, ir.IntType(8).as_pointer())
-        return builder.load(builder.gep(pointer, [index_value]))
+        return builder.load(_element(builder, address_value, index_value, 8))
 
     return signature, generate
 
@@ -119,9 +125,8 @@ def word_at(typing_context: Any, address: Any, index: Any) -> Any:
 
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value = args
-        pointer = builder.inttoptr(address_value, ir.IntType(8).as_pointer())
-        word = builder.bitcast(builder.gep(pointer, [index_value]), ir.IntType(64).as_pointer())
-        return builder.load(word, align=1)
+        byte = _element(builder, address_value, index_value, 8)
+        return builder.load(builder.bitcast(byte, ir.IntType(64).as_pointer()), align=1)
 
     return signature, generate
 
@@ -139,22 +144,9 @@ def put_byte(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
 
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value, byte_value = args
-        pointer = builder.inttoptr(address_value, ir.IntType(8).as_pointer())
-        builder.store(builder.trunc(byte_value, ir.IntType(8)), builder.gep(pointer, [index_value]))
+        byte = builder.trunc(byte_value, ir.IntType(8))
+        builder.store(byte, _element(builder, address_value, index_value, 8))
         return context.get_dummy_value()
-
-    return signature, generate
-
-
-@intrinsic
-def int_at(typing_context: Any, address: Any, index: Any) -> Any:
-    """Element ``index`` of the int64 array at ``address``, unchecked (see ``put_int``)."""
-    signature = types.int64(types.intp, types.intp)
-
-    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address_value, index_value = args
-        pointer = builder.inttoptr(address_value, ir.IntType(64).as_pointer())
-        return builder.load(builder.gep(pointer, [index_value]))
 
     return signature, generate
 
@@ -167,8 +159,7 @@ def put_int(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
 
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value, int_value = args
-        pointer = builder.inttoptr(address_value, ir.IntType(64).as_pointer())
-        builder.store(int_value, builder.gep(pointer, [index_value]))
+        builder.store(int_value, _element(builder, address_value, index_value, 64))
         return context.get_dummy_value()
 
     return signature, generate

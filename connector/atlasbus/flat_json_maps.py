@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, int_at, put_int
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, put_int
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA = 34, 58, 44
@@ -95,14 +95,8 @@ def _object_pairs(data: int, pos: int, end: int, places: int) -> int:
         after = after_string(data, pos + 1, end, False)
         if after < 0:
             return -1
-        key_at, key_length = pos + 1, after - pos - 2
-        put_int(places, _NOTES * pairs + _KEY_AT, key_at)
-        put_int(places, _NOTES * pairs + _KEY_LENGTH, key_length)
-        for earlier in range(pairs):
-            if int_at(places, _NOTES * earlier + _KEY_LENGTH) == key_length and _same_text(
-                data, int_at(places, _NOTES * earlier + _KEY_AT), key_at, key_length
-            ):
-                return -1  # a repeated key: orjson's path keeps the last value at the first place
+        put_int(places, _NOTES * pairs + _KEY_AT, pos + 1)
+        put_int(places, _NOTES * pairs + _KEY_LENGTH, after - pos - 2)
         pos = skip_space(data, after, end)
         if pos >= end or byte_at(data, pos) != _COLON:
             return -1
@@ -133,6 +127,20 @@ def _object_pairs(data: int, pos: int, end: int, places: int) -> int:
 
 
 @inlined
+def _repeats_a_key(data: int, places: Any, pairs: int) -> bool:
+    """Whether two of the ``pairs`` noted in ``places`` have the same key: orjson's path keeps
+    the last value at the first key's place, so such a page is left to it."""
+    for pair in range(1, pairs):
+        at, length = places[_NOTES * pair + _KEY_AT], places[_NOTES * pair + _KEY_LENGTH]
+        for earlier in range(pair):
+            if places[_NOTES * earlier + _KEY_LENGTH] == length and _same_text(
+                data, places[_NOTES * earlier + _KEY_AT], at, length
+            ):
+                return True
+    return False
+
+
+@inlined
 def _is_null(data: int, pos: int) -> bool:
     return bool(
         byte_at(data, pos) == _N
@@ -160,7 +168,7 @@ def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
     value_bytes = 0
     for row in range(rows):
         pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), notes)
-        if pairs < 0:
+        if pairs < 0 or _repeats_a_key(address, places, pairs):
             none = np.zeros(1, np.int32)
             return False, map_offsets, none, data[:0], none, data[:0], np.zeros(0, np.bool_)
         map_offsets[row + 1] = map_offsets[row] + pairs
