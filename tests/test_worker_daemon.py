@@ -106,11 +106,14 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     report = json.loads(done.stdout)
     assert report["rows"] == 32
     assert report["errors"] == 2
-    # the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check
+    # the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
+    # the integers' and the seconds' readers
     assert report["compiled"] == [
         "atlasbus.flat_json_maps._flat_maps",
         "atlasbus.id_times._id_micros",
         "atlasbus.json_object_column._all_objects",
+        "atlasbus.plain_numbers._read_int32",
+        "atlasbus.plain_numbers._read_micros",
         "atlasbus.xrange_reply._gather",
         "atlasbus.xrange_reply._number",
         "atlasbus.xrange_reply._same_names",

@@ -336,6 +336,12 @@ def _int_column(
         _report_missing(values, name, errors)
     if values is None:
         return pa.array([default] * errors.size, pa.int32())
+    if isinstance(values, pa.Array):
+        from atlasbus.plain_numbers import plain_int32  # see _map_column
+
+        plain = plain_int32(values)
+        if plain is not None:
+            return plain
     text, _ = _utf8(values, name, errors)
     parsed = _plain_integers(text)
     if parsed is None:
@@ -386,6 +392,12 @@ def _time_column(values: Values | None, errors: _Errors) -> pa.Array:
     """
     if values is None:
         return pa.nulls(errors.size, TIMESTAMP)
+    if isinstance(values, pa.Array):
+        from atlasbus.plain_numbers import plain_micros  # see _map_column
+
+        plain = plain_micros(values, _MIN_MICROS, _END_MICROS)
+        if plain is not None:
+            return plain.view(TIMESTAMP)
     text, valid = _utf8(values, wire.ENQUEUED_TIME, errors)
     try:
         # Arrow's parser takes exactly the decimal grammar of ``_DECIMAL`` without the
