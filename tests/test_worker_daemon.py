@@ -116,7 +116,6 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
         "atlasbus.plain_numbers._read_micros",
         "atlasbus.xrange_reply._gather",
         "atlasbus.xrange_reply._number",
-        "atlasbus.xrange_reply._same_names",
         "atlasbus.xrange_reply._walk",
     ]
     assert report["new_modules"] == []

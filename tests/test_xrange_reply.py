@@ -119,11 +119,17 @@ def test_pages_whose_layouts_differ_are_left_to_hiredis(
 ) -> None:
     r.xadd(stream, {"a": "1", "b": "2"})
     r.xadd(stream, {"b": "2", "a": "1"})  # same names, another order
-    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+    r.xadd(stream, {"a": "1", "b": "2"})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    assert cut_whole(data) is None
+    assert cut_arriving_byte_by_byte(data) is None
     r.delete(stream)
     r.xadd(stream, {"a": "1", "b": "2"})
     r.xadd(stream, {"a": "1"})  # a field fewer
-    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+    r.xadd(stream, {"a": "1", "b": "2"})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    assert cut_whole(data) is None
+    assert cut_arriving_byte_by_byte(data) is None
     r.delete(stream)
     r.execute_command("XADD", stream, "*", "a", "1", "a", "2")  # a repeated name
     assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
@@ -147,6 +153,24 @@ def test_names_differing_in_any_one_byte_are_seen(
         r.xadd(stream, {"a": "1", name: "3"})
         page = cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
         assert page is not None and page.names == [b"a", name.encode()]
+
+
+def test_entries_of_many_fields_grow_the_walks_notes_and_keep_them(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """A walk notes room for 16 names and 8 values an entry before it grows: 20 fields an
+    entry outgrow both, mid-entry and with bytes still to arrive, and nothing noted is lost."""
+    names = [f"field_{index:02d}" for index in range(20)]
+    for row in range(5):
+        r.xadd(stream, {name: f"{row}:{name}" for name in names})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    for page in (cut_whole(data), cut_arriving_byte_by_byte(data)):
+        assert page is not None
+        assert page.names == [name.encode() for name in names]
+        assert page.columns[b"field_19"].to_pylist() == [f"{r}:field_19".encode() for r in range(5)]
+        assert as_entries(page) == hiredis_of(data)
+    r.xadd(stream, {**{name: "x" for name in names[:19]}, "field_XX": "x"})  # the last differs
+    assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
 
 
 def test_an_empty_reply_is_an_empty_page(redis_url: str, stream: str) -> None:

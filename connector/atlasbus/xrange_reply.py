@@ -113,102 +113,121 @@ def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
     return COMPLETE, start, length
 
 
+# A walk's ``width`` before its first entry is walked, and once an entry's names differ from
+# the first entry's (the reply is then walked to its end without notes).
+_NO_ENTRY_YET, _MIXED = -1, -2
+
+
 @compiled
 def _walk(
     buf: Any,
     end: int,
     pos: int,
     entry: int,
-    tokens: int,
+    values: int,
+    width: int,
     id_start: Any,
     id_length: Any,
-    field_counts: Any,
-    token_start: Any,
-    token_length: Any,
-) -> tuple[int, int, int, int]:
-    """Walk entries from ``entry`` (at byte ``pos``, ``tokens`` names and values seen); resumable.
+    value_start: Any,
+    value_length: Any,
+    name_start: Any,
+    name_length: Any,
+) -> tuple[int, int, int, int, int]:
+    """Walk entries from ``entry`` (at byte ``pos``, ``values`` values noted); resumable.
 
-    Notes where each ID, name and value lies. Returns (status, position, entries walked, tokens
-    seen); FULL when the token arrays are too small for the next entry.
+    Notes where each ID and value lies, and where the first entry's names lie (``width`` of
+    them). Every later entry's names are compared with those as they are walked, while their
+    bytes are in the CPU's caches (a pass of its own over the cut page's names took a tenth of
+    cutting it); at the first difference ``width`` becomes ``_MIXED`` and nothing more is
+    noted. Returns (status, position, entries walked, values noted, width); FULL when the
+    arrays are too small for the next entry.
     """
     address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
     entries = id_start.shape[0]
-    capacity = token_start.shape[0]
+    capacity = value_start.shape[0]
     while entry < entries:
         at = pos
         if at + 4 > end:
-            return MORE, pos, entry, tokens
+            return MORE, pos, entry, values, width
         if (
             byte_at(address, at) != _ASTERISK
             or byte_at(address, at + 1) != 50
             or byte_at(address, at + 2) != _CR
         ):  # "*2\r\n"
-            return NOT_XRANGE, pos, entry, tokens
+            return NOT_XRANGE, pos, entry, values, width
         status, start, length = _bulk(address, at + 4, end)
         if status != COMPLETE:
-            return status, pos, entry, tokens
+            return status, pos, entry, values, width
         at = start + length + 2
         if at >= end:
-            return MORE, pos, entry, tokens
+            return MORE, pos, entry, values, width
         if byte_at(address, at) != _ASTERISK:
-            return NOT_XRANGE, pos, entry, tokens
+            return NOT_XRANGE, pos, entry, values, width
         count, at = _number(address, at + 1, end)
         if at == -1:
-            return MORE, pos, entry, tokens
+            return MORE, pos, entry, values, width
         if at < 0 or count < 0 or count % 2:
-            return NOT_XRANGE, pos, entry, tokens
-        if tokens + count > capacity:
-            return FULL, pos, entry, tokens
-        for token in range(tokens, tokens + count):
-            status, value_start, value_length = _bulk(address, at, end)
+            return NOT_XRANGE, pos, entry, values, width
+        names = count // 2
+        entry_width = width
+        if entry_width == _NO_ENTRY_YET:
+            if names > name_start.shape[0]:
+                return FULL, pos, entry, values, width
+            entry_width = names
+        elif entry_width != names:
+            entry_width = _MIXED
+        if entry_width != _MIXED and values + names > capacity:
+            return FULL, pos, entry, values, width
+        for name in range(names):
+            status, name_at, name_size = _bulk(address, at, end)
             if status != COMPLETE:
-                return status, pos, entry, tokens
-            token_start[token] = value_start
-            token_length[token] = value_length
-            at = value_start + value_length + 2
+                return status, pos, entry, values, width
+            at = name_at + name_size + 2
+            status, value_at, value_size = _bulk(address, at, end)
+            if status != COMPLETE:
+                return status, pos, entry, values, width
+            at = value_at + value_size + 2
+            if entry_width == _MIXED:
+                continue
+            if width == _NO_ENTRY_YET:
+                name_start[name] = name_at
+                name_length[name] = name_size
+            elif not _same_bytes(address, name_at, name_size, name_start[name], name_length[name]):
+                entry_width = _MIXED
+                continue
+            value_start[values + name] = value_at
+            value_length[values + name] = value_size
         id_start[entry] = start
         id_length[entry] = length
-        field_counts[entry] = count // 2
-        tokens += count
+        if entry_width != _MIXED:
+            values += names
+        width = entry_width
         pos = at
         entry += 1
-    return COMPLETE, pos, entry, tokens
+    return COMPLETE, pos, entry, values, width
 
 
-@compiled
-def _same_names(buf: Any, field_counts: Any, token_start: Any, token_length: Any) -> bool:
-    """Whether every entry has the first entry's field names, in the same order.
-
-    Names are compared 8 bytes at a time: a byte at a time, this was a tenth of cutting.
-    """
-    address = buf.ctypes.data
-    width = field_counts[0]
-    for count in field_counts:
-        if count != width:
+@inlined
+def _same_bytes(address: int, at: int, size: int, other: int, other_size: int) -> bool:
+    """Whether the ``size`` bytes at ``at`` are the ``other_size`` bytes at ``other``, compared
+    8 at a time."""
+    if size != other_size:
+        return False
+    k = 0
+    while k + 8 <= size:
+        if word_at(address, at + k) != word_at(address, other + k):
             return False
-    tokens = 2 * width
-    for row in range(1, field_counts.shape[0]):
-        for name in range(0, tokens, 2):
-            token = row * tokens + name
-            length = token_length[token]
-            if length != token_length[name]:
-                return False
-            a, b = token_start[token], token_start[name]
-            k = 0
-            while k + 8 <= length:
-                if word_at(address, a + k) != word_at(address, b + k):
-                    return False
-                k += 8
-            while k < length:
-                if byte_at(address, a + k) != byte_at(address, b + k):
-                    return False
-                k += 1
+        k += 8
+    while k < size:
+        if byte_at(address, at + k) != byte_at(address, other + k):
+            return False
+        k += 1
     return True
 
 
 @compiled
 def _gather(
-    buf: Any, id_start: Any, id_length: Any, token_start: Any, token_length: Any, width: int
+    buf: Any, id_start: Any, id_length: Any, value_start: Any, value_length: Any, width: int
 ) -> Any:
     """Every column at once, entry by entry through the reply: Arrow offsets and bytes.
 
@@ -226,16 +245,16 @@ def _gather(
             if column == 0:
                 total += id_length[row]
             else:
-                total += token_length[row * 2 * width + 2 * column - 1]
+                total += value_length[row * width + column - 1]
             offsets[column, row + 1] = total
         bounds[column + 1] = bounds[column] + total
     data = np.empty(bounds[columns], np.uint8)
     for row in range(entries):
         copy_bytes(data, bounds[0] + offsets[0, row], buf, id_start[row], id_length[row])
         for column in range(1, columns):
-            token = row * 2 * width + 2 * column - 1
+            value = row * width + column - 1
             at = bounds[column] + offsets[column, row]
-            copy_bytes(data, at, buf, token_start[token], token_length[token])
+            copy_bytes(data, at, buf, value_start[value], value_length[value])
     return offsets, data, bounds
 
 
@@ -250,22 +269,48 @@ class Walk:
         self.entries = -1  # from the reply's header; -1 until the header is read
         self.position = begin
         self.walked = 0
-        self.tokens = 0
-        # ID starts and lengths, fields per entry, token starts and lengths (as walked)
+        self.values = 0
+        self.width = _NO_ENTRY_YET  # names an entry, once the first entry is walked
+        # ID starts and lengths, value starts and lengths, the first entry's name starts and
+        # lengths (as walked)
         self.places: tuple[np.ndarray, ...] = ()
 
     def start(self, entries: int, position: int) -> None:
         self.entries, self.position = entries, position
-        per_entry = np.empty((3, entries), np.int64)
-        tokens = np.empty((2, 16 * entries), np.int64)  # 8 fields an entry before growing
-        self.places = (*per_entry, *tokens)
+        ids = np.empty((2, entries), np.int64)
+        values = np.empty((2, 8 * entries), np.int64)  # 8 fields an entry before growing
+        names = np.empty((2, 16), np.int64)
+        self.places = (*ids, *values, *names)
 
     def grow(self) -> None:
-        id_start, id_length, field_counts, token_start, token_length = self.places
-        tokens = np.empty((2, 2 * len(token_start) + 16), np.int64)
-        tokens[0, : self.tokens] = token_start[: self.tokens]
-        tokens[1, : self.tokens] = token_length[: self.tokens]
-        self.places = (id_start, id_length, field_counts, *tokens)
+        """Room for more values and more names, keeping those noted (``_walk`` said FULL)."""
+        id_start, id_length = self.places[:2]
+        values = _grown(self.places[2:4], self.values, 2 * len(self.places[2]) + 16)
+        names = _grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
+        self.places = (id_start, id_length, *values, *names)
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every entry walked has the first entry's names, in the same order."""
+        return self.width != _MIXED
+
+    def names(self, buf: np.ndarray) -> list[bytes]:
+        """The first entry's (on a uniform walk, every entry's) field names."""
+        name_start, name_length = self.places[4:]
+        return [
+            bytes(buf[start : start + length])
+            for start, length in zip(
+                name_start[: self.width], name_length[: self.width], strict=True
+            )
+        ]
+
+
+def _grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
+    """``arrays`` (starts, lengths) as rows of ``size`` elements, their first ``kept`` kept."""
+    grown = np.empty((len(arrays), size), np.int64)
+    for row, array in enumerate(arrays):
+        grown[row, :kept] = array[:kept]
+    return grown
 
 
 def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
@@ -285,8 +330,8 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
             return NOT_XRANGE
         walk.start(entries, position)
     while True:
-        status, walk.position, walk.walked, walk.tokens = _walk(
-            buf, end, walk.position, walk.walked, walk.tokens, *walk.places
+        status, walk.position, walk.walked, walk.values, walk.width = _walk(
+            buf, end, walk.position, walk.walked, walk.values, walk.width, *walk.places
         )
         if status != FULL:
             return int(status)
@@ -308,21 +353,17 @@ def cut_replies(buf: np.ndarray, walks: Sequence[Walk]) -> ColumnPage | None:
     walks = [walk for walk in walks if walk.entries]
     if not walks:
         return ColumnPage(pa.array([], pa.binary()), [], {})
-    places = _joined_places(walks)
-    id_start, id_length, field_counts, token_start, token_length = places
-    entries = len(id_start)
-    if not _same_names(buf, field_counts, token_start, token_length):
+    if not all(walk.uniform for walk in walks):
         return None
-    width = int(field_counts[0])
-    names = [  # the first entry's (every entry's) names: its even tokens
-        bytes(buf[start : start + length])
-        for start, length in zip(
-            token_start[: 2 * width : 2], token_length[: 2 * width : 2], strict=True
-        )
-    ]
+    names = walks[0].names(buf)
+    if any(walk.names(buf) != names for walk in walks[1:]):
+        return None
+    width = len(names)
     if len(set(names)) != width:  # a repeated name: the general path keeps the last value
         return None
-    offsets, data, bounds = _gather(buf, id_start, id_length, token_start, token_length, width)
+    id_start, id_length, value_start, value_length = _joined_places(walks)
+    entries = len(id_start)
+    offsets, data, bounds = _gather(buf, id_start, id_length, value_start, value_length, width)
     arrays = [
         pa.Array.from_buffers(
             pa.binary(), entries, [None, pa.py_buffer(column_offsets), pa.py_buffer(values)]
@@ -333,13 +374,14 @@ def cut_replies(buf: np.ndarray, walks: Sequence[Walk]) -> ColumnPage | None:
 
 
 def _joined_places(walks: Sequence[Walk]) -> tuple[np.ndarray, ...]:
-    """The walks' notes (ID and token places, fields per entry) as one walk's, in order."""
+    """The walks' notes of IDs and values as one walk's, in order."""
     noted = []
     for walk in walks:
-        id_start, id_length, counts, token_start, token_length = walk.places
-        entries, tokens = walk.entries, walk.tokens
-        per_entry = (id_start[:entries], id_length[:entries], counts[:entries])
-        noted.append((*per_entry, token_start[:tokens], token_length[:tokens]))
+        id_start, id_length, value_start, value_length = walk.places[:4]
+        entries, values = walk.entries, walk.values
+        noted.append(
+            (id_start[:entries], id_length[:entries], value_start[:values], value_length[:values])
+        )
     if len(noted) == 1:
         return noted[0]
     return tuple(np.concatenate(parts) for parts in zip(*noted, strict=True))
