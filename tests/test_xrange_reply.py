@@ -138,19 +138,23 @@ def test_pages_whose_layouts_differ_are_left_to_hiredis(
 def test_names_differing_in_any_one_byte_are_seen(
     r: redis.Redis, redis_url: str, stream: str
 ) -> None:
-    """Names are compared 8 bytes at a time, then byte by byte: a difference anywhere counts."""
-    name = "correlation_identifier_19"  # 25 bytes: three words and a tail
-    for at in range(len(name)):
-        other = name[:at] + chr(ord(name[at]) ^ 1) + name[at + 1 :]
+    """Names are compared a word at a time (the last word overlapping), a name shorter than a
+    word in one masked word: a difference anywhere counts, and the bytes after a name (its
+    value's length and bytes, which differ from entry to entry) never do."""
+    full = "correlation_identifier_19"  # 25 bytes: three words and a tail
+    for name in [full[:size] for size in (1, 2, 7, 8, 9, 15, 16, 17)] + [full]:
+        for at in range(len(name)):
+            other = name[:at] + chr(ord(name[at]) ^ 1) + name[at + 1 :]
+            r.delete(stream)
+            r.xadd(stream, {"a": "1", name: "2"})
+            r.xadd(stream, {"a": "1", name: "2"})
+            r.xadd(stream, {"a": "1", other: "2"})
+            data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+            assert cut_whole(data) is None, other
         r.delete(stream)
         r.xadd(stream, {"a": "1", name: "2"})
-        r.xadd(stream, {"a": "1", name: "2"})
-        r.xadd(stream, {"a": "1", other: "2"})
-        data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
-        assert cut_whole(data) is None, other
-        r.delete(stream)
-        r.xadd(stream, {"a": "1", name: "2"})
-        r.xadd(stream, {"a": "1", name: "3"})
+        r.xadd(stream, {"a": "1", name: "3" * 20})
+        r.xadd(stream, {"a": "1", name: ""})
         page = cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
         assert page is not None and page.names == [b"a", name.encode()]
 

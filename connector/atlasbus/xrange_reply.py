@@ -226,13 +226,13 @@ def _same_name(address: int, at: int, size: int, other: int, other_size: int) ->
         return False
     if size < 8:
         difference = word_at(address, at) ^ word_at(address, other)
-        return (difference & _LOW_BYTES[size]) == _NO_BITS
+        return bool((difference & _LOW_BYTES[size]) == _NO_BITS)
     k = 0
     while k + 8 < size:
         if word_at(address, at + k) != word_at(address, other + k):
             return False
         k += 8
-    return word_at(address, at + size - 8) == word_at(address, other + size - 8)
+    return bool(word_at(address, at + size - 8) == word_at(address, other + size - 8))
 
 
 @compiled
