@@ -106,9 +106,10 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     report = json.loads(done.stdout)
     assert report["rows"] == 32
     assert report["errors"] == 2
-    # the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
+    # the ASCII check, the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
     # the integers' and the seconds' readers
     assert report["compiled"] == [
+        "atlasbus.ascii_text._all_ascii",
         "atlasbus.flat_json_maps._flat_maps",
         "atlasbus.id_times._id_micros",
         "atlasbus.json_object_column._all_objects",

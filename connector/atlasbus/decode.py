@@ -131,7 +131,9 @@ def decode_envelope_page(
     if isinstance(entries, ColumnPage):
         page = entries
         columns = dict(page.columns)
-        ids = page.ids.cast(pa.string())
+        from atlasbus.ascii_text import text_column  # see _map_column
+
+        ids = text_column(page.ids)
 
         def field_lists() -> list[Sequence[bytes]]:
             return list(map(_FIELDS_OF, page.entries()))
@@ -276,9 +278,12 @@ def _report_missing(values: Values | None, name: bytes, errors: _Errors) -> None
 
 def _utf8(values: Values, name: bytes, errors: _Errors) -> tuple[pa.Array, Values]:
     """The values as a string array, and as bytes with None where they are not valid UTF-8."""
-    binary = _as_binary(values)
     try:
-        return binary.cast(pa.string()), values
+        if isinstance(values, pa.Array):
+            from atlasbus.ascii_text import text_column  # see _map_column
+
+            return text_column(values), values
+        return _as_binary(values).cast(pa.string()), values
     except pa.ArrowInvalid:
         pass
     text: list[str | None] = []

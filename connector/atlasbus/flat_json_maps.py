@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from atlasbus.ascii_text import all_ascii
 from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, put_int
 from atlasbus.json_scan import after_string, skip_space
 
@@ -56,11 +57,12 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
         [validity, pa.py_buffer(value_offsets), pa.py_buffer(value_data)],
         null_count=nulls,
     )
-    try:  # keys and values are copied as they lie: Arrow checks their UTF-8
-        keys.validate(full=True)
-        items.validate(full=True)
-    except pa.ArrowInvalid:
-        return None
+    if not (all_ascii(key_data, 0, len(key_data)) and all_ascii(value_data, 0, len(value_data))):
+        try:  # keys and values are copied as they lie: Arrow checks their UTF-8
+            keys.validate(full=True)
+            items.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
     return pa.MapArray.from_arrays(pa.array(map_offsets), keys, items)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from atlasbus.ascii_text import text_column
 from atlasbus.compiled import binary_column, byte_at, compiled, inlined, put_byte
 from atlasbus.json_scan import after_string, skip_space
 
@@ -45,7 +46,7 @@ def json_object_texts(values: pa.Array) -> pa.Array | None:
     if not _all_objects(data.ctypes.data, offsets, np.empty(_DEEPEST, np.uint8)):
         return None
     try:
-        return values.cast(pa.string())  # checks the UTF-8, inside strings the only non-ASCII
+        return text_column(values)  # checks the UTF-8, inside strings the only non-ASCII
     except pa.ArrowInvalid:
         return None
 
