@@ -12,10 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import binary_column, byte_at, compiled, word_at
-
-_HIGH_BITS = np.uint64(0x8080808080808080)
-_NO_BITS = np.uint64(0)
+from atlasbus.compiled import NO_BITS, binary_column, byte_at, compiled, has_high_byte, word_at
 
 
 def text_column(values: pa.Array) -> pa.Array:
@@ -36,7 +33,7 @@ def all_ascii(data: np.ndarray, start: int, end: int) -> bool:
 
 @compiled
 def _all_ascii(address: int, start: int, end: int) -> bool:
-    seen = _NO_BITS
+    seen = NO_BITS
     at = start
     while at + 8 <= end:
         seen |= word_at(address, at)
@@ -44,4 +41,4 @@ def _all_ascii(address: int, start: int, end: int) -> bool:
     while at < end:
         seen |= np.uint64(byte_at(address, at))
         at += 1
-    return bool((seen & _HIGH_BITS) == _NO_BITS)
+    return not has_high_byte(seen)

@@ -169,16 +169,22 @@ def put_int(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
 # (a signed operand would make numba compute in floating point).
 _LOW_BITS = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
-_NO_BITS = np.uint64(0)
+NO_BITS = np.uint64(0)  # a word's zero, unsigned as the words are
 
 
 @inlined
 def has_byte_below(word: int, limit: int) -> bool:
     """Whether any of the 8 bytes of ``word`` is below ``limit`` (at most 128), branch-free."""
-    return bool((word - _LOW_BITS * np.uint64(limit)) & ~word & _HIGH_BITS != _NO_BITS)
+    return bool((word - _LOW_BITS * np.uint64(limit)) & ~word & _HIGH_BITS != NO_BITS)
 
 
 @inlined
 def has_byte(word: int, byte: int) -> bool:
     """Whether any of the 8 bytes of ``word`` is ``byte``."""
     return bool(has_byte_below(word ^ (_LOW_BITS * np.uint64(byte)), 1))
+
+
+@inlined
+def has_high_byte(word: int) -> bool:
+    """Whether any of the 8 bytes of ``word`` is 128 or more: not ASCII."""
+    return bool(word & _HIGH_BITS != NO_BITS)

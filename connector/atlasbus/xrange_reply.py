@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.compiled import byte_at, compiled, copy_bytes, inlined, word_at
+from atlasbus.compiled import NO_BITS, byte_at, compiled, copy_bytes, inlined, word_at
 
 # What a walk of the buffer found.
 MORE = 0  # the reply is not all there yet: read more bytes and walk again from where it stopped
@@ -209,7 +209,6 @@ def _walk(
 
 # The low ``n`` bytes of a word, for comparing names shorter than a word in one step.
 _LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)], np.uint64)
-_NO_BITS = np.uint64(0)
 
 
 @inlined
@@ -226,7 +225,7 @@ def _same_name(address: int, at: int, size: int, other: int, other_size: int) ->
         return False
     if size < 8:
         difference = word_at(address, at) ^ word_at(address, other)
-        return bool((difference & _LOW_BYTES[size]) == _NO_BITS)
+        return bool((difference & _LOW_BYTES[size]) == NO_BITS)
     k = 0
     while k + 8 < size:
         if word_at(address, at + k) != word_at(address, other + k):
