@@ -232,3 +232,17 @@ def test_a_special_byte_is_seen_wherever_it_lies_in_a_long_string(at: int) -> No
         assert compiled_check([value]) is is_object, value
     value = b'{"a":"' + b"x" * at + b'"' + b"y" * (19 - at) + b'"}'  # a string ended early
     assert orjson_object(value) is compiled_check([value]) is False
+
+
+@pytest.mark.parametrize("length", range(18))
+def test_strings_of_every_length_end_where_their_quote_is(length: int) -> None:
+    """A word holding the closing quote goes straight to it: strings shorter than a word, a
+    quote in each of a word's bytes, escapes and UTF-8 in the same word as the quote."""
+    for text in ("x" * length, "é" * (length // 2) + "x" * (length % 2), "\\n" * (length // 2)):
+        for following in (b"", b' ,"b":"\\"q\\""', b',"c":1'):
+            value = b'{"' + b"k" * length + b'":"' + text.encode() + b'"' + following + b"}"
+            assert orjson_object(value), value
+            assert compiled_check([value]), value
+    for at in range(length):  # the quote that ends the string early
+        value = b'{"a":"' + b"x" * at + b'"' + b"y" * (length - at) + b'"}'
+        assert compiled_check([value]) is orjson_object(value) is False, value

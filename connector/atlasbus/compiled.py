@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import numba
 import numpy as np
@@ -19,6 +19,7 @@ import pyarrow as pa
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 
@@ -118,7 +119,7 @@ def byte_at(typing_context: Any, address: Any, index: Any) -> Any:
 def word_at(typing_context: Any, address: Any, index: Any) -> Any:
     """The 8 bytes at ``address + index`` as one little-endian integer, unchecked and unaligned.
 
-    For scanning text a word at a time (``has_byte_below``, ``has_byte``). Callers keep the
+    For scanning text a word at a time (``bytes_below``, ``bytes_equal``). Callers keep the
     8 bytes within the buffer.
     """
     signature = types.uint64(types.intp, types.intp)
@@ -170,18 +171,30 @@ def put_int(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
 _LOW_BITS = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
 NO_BITS = np.uint64(0)  # a word's zero, unsigned as the words are
+# A word as compiled code holds it (uint64); numpy's scalar arithmetic gives mypy no type.
+Word: TypeAlias = Any
 
 
 @inlined
-def has_byte_below(word: int, limit: int) -> bool:
-    """Whether any of the 8 bytes of ``word`` is below ``limit`` (at most 128), branch-free."""
-    return bool((word - _LOW_BITS * np.uint64(limit)) & ~word & _HIGH_BITS != NO_BITS)
+def bytes_below(word: Word, limit: int) -> Word:
+    """The high bit of each of the 8 bytes of ``word`` below ``limit`` (at most 128), branch-free.
+
+    Exact at the lowest marked byte; a byte above it may be marked by the borrow, so callers
+    take only the first (``first_marked``) or whether there is any.
+    """
+    return (word - _LOW_BITS * np.uint64(limit)) & ~word & _HIGH_BITS
 
 
 @inlined
-def has_byte(word: int, byte: int) -> bool:
-    """Whether any of the 8 bytes of ``word`` is ``byte``."""
-    return bool(has_byte_below(word ^ (_LOW_BITS * np.uint64(byte)), 1))
+def bytes_equal(word: Word, byte: int) -> Word:
+    """The high bit of each of the 8 bytes of ``word`` that is ``byte``, as ``bytes_below``."""
+    return bytes_below(word ^ (_LOW_BITS * np.uint64(byte)), 1)
+
+
+@inlined
+def first_marked(marks: Word) -> int:
+    """The index (0-7) of the lowest byte marked by ``bytes_below``; ``marks`` is not zero."""
+    return int(trailing_zeros(marks)) >> 3
 
 
 @inlined
