@@ -12,7 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.compiled import NO_BITS, binary_column, byte_at, compiled, has_high_byte, word_at
+from atlasbus.compiled import (
+    NO_BITS,
+    Word,
+    binary_column,
+    byte_at,
+    compiled,
+    has_high_byte,
+    inlined,
+    word_at,
+)
 
 
 def text_column(values: pa.Array) -> pa.Array:
@@ -33,6 +42,12 @@ def all_ascii(data: np.ndarray, start: int, end: int) -> bool:
 
 @compiled
 def _all_ascii(address: int, start: int, end: int) -> bool:
+    return not has_high_byte(bits_of(address, start, end))
+
+
+@inlined
+def bits_of(address: int, start: int, end: int) -> Word:
+    """The OR of the bytes from ``start`` to ``end``, 8 at a time (``has_high_byte`` of it)."""
     seen = NO_BITS
     at = start
     while at + 8 <= end:
@@ -41,4 +56,4 @@ def _all_ascii(address: int, start: int, end: int) -> bool:
     while at < end:
         seen |= np.uint64(byte_at(address, at))
         at += 1
-    return not has_high_byte(seen)
+    return seen
