@@ -305,12 +305,11 @@ class Walk:
 
     def names(self, buf: np.ndarray) -> list[bytes]:
         """The first entry's (on a uniform walk, every entry's) field names."""
-        name_start, name_length = self.places[4:]
+        starts, lengths = (notes[: self.width].tolist() for notes in self.places[4:])
+        text = buf.data  # sliced with Python ints: half the cost of numpy's slices per name
         return [
-            bytes(buf[start : start + length])
-            for start, length in zip(
-                name_start[: self.width], name_length[: self.width], strict=True
-            )
+            text[start : start + length].tobytes()
+            for start, length in zip(starts, lengths, strict=True)
         ]
 
 
