@@ -93,6 +93,26 @@ def test_good_page_reads_every_column() -> None:
     assert all(r["error"] is None and r["fields"] is None for r in decoded)
 
 
+def test_topic_and_stream_columns_fit_each_page_whatever_came_before() -> None:
+    """They are slices of columns kept from earlier pages: longer, shorter, other streams."""
+    streams = [f"s:{n}" for n in range(40)]
+    for size, stream in [
+        (3, "s:t"),
+        (7, "s:t"),
+        (2, "s:t"),
+        *((n % 5 + 1, s) for n, s in enumerate(streams)),
+        (6, "s:t"),
+    ]:
+        batch = decode_envelopes(
+            [entry(i) for i in range(size)],
+            topic=stream[2:],
+            stream=stream,
+            include_raw_fields=False,
+        )
+        assert batch.column("topic").to_pylist() == [stream[2:]] * size
+        assert batch.column("stream").to_pylist() == [stream] * size
+
+
 def test_metadata_all_empty_objects_gives_empty_maps() -> None:
     decoded = rows([entry(i, metadata=b"{}") for i in range(4)])
     assert [r["metadata"] for r in decoded] == [[], [], [], []]
