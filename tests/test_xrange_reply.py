@@ -210,6 +210,19 @@ def test_values_of_every_length_read_whole_however_the_bytes_arrive(
     assert whole is not None and as_entries(whole) == as_entries(page)
 
 
+def test_short_values_are_copied_byte_for_byte(r: redis.Redis, redis_url: str, stream: str) -> None:
+    """Values up to 16 bytes are copied as two words or half-words that may overlap: every
+    length from 0 to 20, each byte different, beside neighbours of other lengths."""
+    alphabet = bytes(range(33, 127))
+    for length in range(21):
+        r.xadd(stream, {"v": alphabet[length : 2 * length], "w": alphabet[: 20 - length][::-1]})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    page = cut_whole(data)
+    assert page is not None
+    assert page.columns[b"v"].to_pylist() == [alphabet[n : 2 * n] for n in range(21)]
+    assert as_entries(page) == hiredis_of(data)
+
+
 @pytest.mark.parametrize(
     "length", [b"1x", b"x", b"", b"-1", b"1\n", b"12x", b"123x", b"1234x"], ids=repr
 )

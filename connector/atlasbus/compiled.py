@@ -63,33 +63,6 @@ def _jit(function: Callable[..., Any], **options: Any) -> Any:
         return njit(cache=True, nogil=True, **options)(function)
 
 
-@intrinsic
-def copy_bytes(
-    typing_context: Any, target: Any, target_at: Any, source: Any, source_at: Any, size: Any
-) -> Any:
-    """``target[target_at:][:size] = source[source_at:][:size]`` as one memcpy, unchecked.
-
-    A loop over the bytes (what numba makes of a slice assignment) cost 15 times as much for
-    the short values of an entry. Callers keep both ranges within their arrays.
-    """
-    signature = types.void(target, types.intp, source, types.intp, types.intp)
-
-    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        target_value, target_index, source_value, source_index, count = args
-        target_array = context.make_array(signature.args[0])(context, builder, target_value)
-        source_array = context.make_array(signature.args[2])(context, builder, source_value)
-        cgutils.raw_memcpy(
-            builder,
-            builder.gep(target_array.data, [target_index]),
-            builder.gep(source_array.data, [source_index]),
-            count,
-            1,
-        )
-        return context.get_dummy_value()
-
-    return signature, generate
-
-
 def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:
     """In generated code: a pointer to element ``index`` of the ``bits``-wide integers at the
     integer ``address``, for the loads and stores below."""
@@ -126,8 +99,51 @@ def word_at(typing_context: Any, address: Any, index: Any) -> Any:
 
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value = args
-        byte = _element(builder, address_value, index_value, 8)
-        return builder.load(builder.bitcast(byte, ir.IntType(64).as_pointer()), align=1)
+        return builder.load(_unaligned(builder, address_value, index_value, 64), align=1)
+
+    return signature, generate
+
+
+def _unaligned(builder: Any, address: Any, index: Any, bits: int) -> Any:
+    """In generated code: a pointer to the ``bits``-wide integer at ``address + index``."""
+    byte = _element(builder, address, index, 8)
+    return builder.bitcast(byte, ir.IntType(bits).as_pointer())
+
+
+@intrinsic
+def put_word(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
+    """Store the 8 bytes of ``value`` at ``address + index``, little-endian, unaligned."""
+    signature = types.void(types.intp, types.intp, types.uint64)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address_value, index_value, word = args
+        builder.store(word, _unaligned(builder, address_value, index_value, 64), align=1)
+        return context.get_dummy_value()
+
+    return signature, generate
+
+
+@intrinsic
+def half_word_at(typing_context: Any, address: Any, index: Any) -> Any:
+    """The 4 bytes at ``address + index`` as one little-endian integer, unaligned."""
+    signature = types.uint32(types.intp, types.intp)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address_value, index_value = args
+        return builder.load(_unaligned(builder, address_value, index_value, 32), align=1)
+
+    return signature, generate
+
+
+@intrinsic
+def put_half_word(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
+    """Store the 4 bytes of ``value`` at ``address + index``, as ``half_word_at`` reads them."""
+    signature = types.void(types.intp, types.intp, types.uint32)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        address_value, index_value, half = args
+        builder.store(half, _unaligned(builder, address_value, index_value, 32), align=1)
+        return context.get_dummy_value()
 
     return signature, generate
 
@@ -161,6 +177,51 @@ def put_int(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
     def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         address_value, index_value, int_value = args
         builder.store(int_value, _element(builder, address_value, index_value, 64))
+        return context.get_dummy_value()
+
+    return signature, generate
+
+
+@inlined
+def copy_bytes(target: int, target_at: int, source: int, source_at: int, size: int) -> None:
+    """``size`` bytes from ``source + source_at`` to ``target + target_at`` (addresses), unchecked.
+
+    Up to 16 bytes move as two words (or half-words) that may overlap, as memcpy moves them,
+    but without calling it: most of an envelope's values are that short, and the call cost
+    more than the copy. Neither side is read or written outside its range; callers keep both
+    ranges within their buffers, which must not overlap.
+    """
+    if size > 16:
+        _memcpy(target + target_at, source + source_at, size)
+    elif size >= 8:
+        put_word(target, target_at, word_at(source, source_at))
+        put_word(target, target_at + size - 8, word_at(source, source_at + size - 8))
+    elif size >= 4:
+        put_half_word(target, target_at, half_word_at(source, source_at))
+        put_half_word(target, target_at + size - 4, half_word_at(source, source_at + size - 4))
+    else:
+        for k in range(size):
+            put_byte(target, target_at + k, byte_at(source, source_at + k))
+
+
+@intrinsic
+def _memcpy(typing_context: Any, target: Any, source: Any, size: Any) -> Any:
+    """memcpy from the address ``source`` to the address ``target``.
+
+    A loop over the bytes (what numba makes of a slice assignment) cost 15 times as much.
+    """
+    signature = types.void(types.intp, types.intp, types.intp)
+
+    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        target_value, source_value, count = args
+        bytes_pointer = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(
+            builder,
+            builder.inttoptr(target_value, bytes_pointer),
+            builder.inttoptr(source_value, bytes_pointer),
+            count,
+            1,
+        )
         return context.get_dummy_value()
 
     return signature, generate

@@ -183,12 +183,13 @@ def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
     key_data = np.empty(key_bytes, np.uint8)
     value_data = np.empty(value_bytes, np.uint8)
     valid = np.ones(total, np.bool_)
+    keys, items = key_data.ctypes.data, value_data.ctypes.data
     at = 0
     for row in range(rows):
         pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), notes)
         for pair in range(pairs):
             length = places[_NOTES * pair + _KEY_LENGTH]
-            copy_bytes(key_data, key_offsets[at], data, places[_NOTES * pair + _KEY_AT], length)
+            copy_bytes(keys, key_offsets[at], address, places[_NOTES * pair + _KEY_AT], length)
             key_offsets[at + 1] = key_offsets[at] + length
             length = places[_NOTES * pair + _VALUE_LENGTH]
             if length < 0:
@@ -196,7 +197,7 @@ def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
                 length = 0
             else:
                 copy_bytes(
-                    value_data, value_offsets[at], data, places[_NOTES * pair + _VALUE_AT], length
+                    items, value_offsets[at], address, places[_NOTES * pair + _VALUE_AT], length
                 )
             value_offsets[at + 1] = value_offsets[at] + length
             at += 1

@@ -258,12 +258,13 @@ def _gather(
             offsets[column, row + 1] = total
         bounds[column + 1] = bounds[column] + total
     data = np.empty(bounds[columns], np.uint8)
+    target, source = data.ctypes.data, buf.ctypes.data
     for row in range(entries):
-        copy_bytes(data, bounds[0] + offsets[0, row], buf, id_start[row], id_length[row])
+        copy_bytes(target, bounds[0] + offsets[0, row], source, id_start[row], id_length[row])
         for column in range(1, columns):
             value = row * width + column - 1
             at = bounds[column] + offsets[column, row]
-            copy_bytes(data, at, buf, value_start[value], value_length[value])
+            copy_bytes(target, at, source, value_start[value], value_length[value])
     return offsets, data, bounds
 
 
