@@ -178,3 +178,20 @@ def test_a_quote_backslash_or_control_byte_is_seen_wherever_it_lies_in_a_word() 
             assert decoded(column_page_of(entries)) == decoded(entries), value
             maps = flat_string_maps(pa.array([value], pa.binary()))
             assert maps is None  # an escape, a control byte or a broken string: orjson's path
+
+
+def test_the_tightest_objects_fit_the_buffers_sized_from_the_column() -> None:
+    """Keys and values are copied in one pass into buffers sized for the most pairs a
+    column's bytes can hold: objects of nothing but the shortest pairs fill them."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    objects = [[(letter, "") for letter in letters[:n]] for n in range(27)]
+    objects += [[(letter, None) for letter in letters[:n]] for n in (1, 26)]
+    texts = [
+        ("{" + ",".join(f'"{key}":{json.dumps(value)}' for key, value in pairs) + "}").encode()
+        for pairs in objects
+    ]
+    maps = flat_string_maps(pa.array(texts, pa.binary()))
+
+    assert maps is not None
+    assert maps.to_pylist() == objects
+    assert flat_string_maps(pa.array([b'{"":""}'] * 5, pa.binary())).to_pylist() == [[("", "")]] * 5
