@@ -111,19 +111,6 @@ def _unaligned(builder: Any, address: Any, index: Any, bits: int) -> Any:
 
 
 @intrinsic
-def put_word(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
-    """Store the 8 bytes of ``value`` at ``address + index``, little-endian, unaligned."""
-    signature = types.void(types.intp, types.intp, types.uint64)
-
-    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address_value, index_value, word = args
-        builder.store(word, _unaligned(builder, address_value, index_value, 64), align=1)
-        return context.get_dummy_value()
-
-    return signature, generate
-
-
-@intrinsic
 def half_word_at(typing_context: Any, address: Any, index: Any) -> Any:
     """The 4 bytes at ``address + index`` as one little-endian integer, unaligned."""
     signature = types.uint32(types.intp, types.intp)
@@ -135,17 +122,27 @@ def half_word_at(typing_context: Any, address: Any, index: Any) -> Any:
     return signature, generate
 
 
-@intrinsic
-def put_half_word(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
-    """Store the 4 bytes of ``value`` at ``address + index``, as ``half_word_at`` reads them."""
-    signature = types.void(types.intp, types.intp, types.uint32)
+def _unaligned_store(bits: int) -> Any:
+    """An intrinsic ``(address, index, value)`` storing the ``bits``-wide unsigned ``value`` at
+    ``address + index``, little-endian and unaligned, as the loads above read it."""
+    value_type = types.uint64 if bits == 64 else types.uint32
 
-    def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        address_value, index_value, half = args
-        builder.store(half, _unaligned(builder, address_value, index_value, 32), align=1)
-        return context.get_dummy_value()
+    @intrinsic
+    def store(typing_context: Any, address: Any, index: Any, value: Any) -> Any:
+        signature = types.void(types.intp, types.intp, value_type)
 
-    return signature, generate
+        def generate(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            address_value, index_value, integer = args
+            builder.store(integer, _unaligned(builder, address_value, index_value, bits), align=1)
+            return context.get_dummy_value()
+
+        return signature, generate
+
+    return store
+
+
+put_word = _unaligned_store(64)
+put_half_word = _unaligned_store(32)
 
 
 @intrinsic
