@@ -263,8 +263,8 @@ _REPEATED_VALUES = 16  # a reader's streams at a time, well within; past it the 
 
 
 def _repeat(value: str, size: int) -> pa.Array:
-    """``value`` ``size`` times, sliced from the longest column of it built so far: building
-    it for every page cost 1-2% of a reader's CPU (Arrow arrays do not change)."""
+    """``value`` ``size`` times, sliced from the longest column of it built so far (Arrow
+    arrays do not change): building both columns for every page cost 6 ns an entry."""
     column = _repeated.get(value)
     if column is None or len(column) < size:
         if len(_repeated) >= _REPEATED_VALUES:

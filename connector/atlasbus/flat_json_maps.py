@@ -155,8 +155,8 @@ def _is_null(data: int, pos: int) -> bool:
 @compiled
 def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
     """Parse every value once, copying its keys and values as it goes into buffers sized for
-    the most the column's bytes can hold (parsing twice, to size them exactly first, cost a
-    third more); what is returned is the part used.
+    the most the column's bytes can hold (parsing twice, to size them exactly first, cost
+    half as much again); what is returned is the part used.
 
     ``places``: room for ``_object_pairs``'s notes on the pairs of the longest value, given by
     the caller, which keeps it alive while they are written through its address.

@@ -238,7 +238,8 @@ def _all_objects(data: int, offsets: Any, stack: Any) -> int:
     """Whether every value is a JSON object, and if so whether all their bytes are ASCII.
 
     Each value's bytes are ORed just after it is checked, while they are in the CPU's cache: a
-    pass of its own over a batch's payloads (2.5 MB) cost half as much again.
+    pass of its own over a batch's payloads (2.5 MB), read again from memory, was 4-5% of the
+    decoding thread's time.
     ``stack``: ``_DEEPEST`` bytes, given by the caller, which keeps them alive.
     """
     stack_address = stack.ctypes.data

@@ -51,8 +51,8 @@ def after_string(data: int, pos: int, end: int, escapes: bool) -> int:
 
     The text is read a word at a time, and a word with a quote, a backslash or a control byte
     goes straight to the first: a byte at a time cost four times as much on long values, and
-    going byte by byte through a word that holds the closing quote half the check of a short
-    string's.
+    going byte by byte through the word that holds the closing quote (all of a short string)
+    a third of the payload check's time.
     """
     while pos < end:
         if pos + 8 <= end:
