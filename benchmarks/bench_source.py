@@ -12,6 +12,9 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
 * one-at-a-time baseline: XREAD COUNT 1, like the bus's own consumer (on a sample)
 * Spark alone: the same query shape and schema fed from pre-built Arrow batches of decoded
   envelopes, no Redis at all: the most any Python source can reach here, end to end
+* receiving only: Spark alone, its tasks also paging through the stream with XRANGE and
+  taking every reply off the socket, decoding nothing: the least any source reading Redis
+  pays here, and so the most it can reach
 * raw baseline as a Spark source: the same query shape reading Redis as the raw baseline does
   (every field a string column, nothing decoded or checked): the least a Python source that
   reads Redis pays inside Spark
@@ -341,6 +344,65 @@ def spark_ceiling(
     return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
+def spark_receive_floor(
+    spark: Any, url: str, batch_file: Path, rows: int, checkpoint_root: Path, meter: SparkCpu
+) -> QueryRun:
+    """Spark alone plus taking Redis's replies off the socket: what no reader can go below.
+
+    The tasks of the raw baseline as a source (cut by time) page through the stream with
+    XRANGE as atlasbus does and receive every reply's bytes, walked by atlasbus's reply walk
+    only to find where each ends and its last ID; they decode nothing and give Spark as many
+    rows of the pre-built batch. redis-server serves the same replies, the JVM converts Spark
+    alone's rows: the rest of the readers' CPU is what receiving costs.
+    """
+    from pyspark.sql.datasource import InputPartition
+
+    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
+    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
+
+    slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
+    path = str(batch_file)
+
+    def read(partition: InputPartition) -> Any:
+        import pyarrow as pa
+        import redis
+
+        from atlasbus.xrange_pages import XrangePages
+
+        batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
+        pages = XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
+        start, end = partition.value
+        received: list[Any] = []
+        unsent = 0  # rows received and not yet given to Spark
+        more = True
+        while more:
+            pages.send("XRANGE", STREAM, start, end, "COUNT", 1000)
+            page = pages.read()
+            more = len(page) == 1000
+            if len(page):
+                start = b"(" + pages.last_id(page)
+                received.append(page)
+                unsent += len(page)
+            if received and (unsent >= batch.num_rows or not more):
+                kept = pages.hand_over(received)
+                kept.release(kept.buffer)
+                received = []
+                while unsent >= batch.num_rows:
+                    yield batch
+                    unsent -= batch.num_rows
+        if unsent:
+            yield batch.slice(0, unsent)
+
+    frame = one_batch_source(
+        spark,
+        "atlasbus_bench_receive_floor",
+        spark_ddl(ENVELOPE_SCHEMA),
+        [InputPartition(bounds) for bounds in slices],
+        read,
+    )
+    return run_to_noop(frame, rows, checkpoint_root, meter)
+
+
 def time_slices(url: str, pieces: int) -> list[tuple[str, str]]:
     """``pieces`` ID ranges splitting the stream by time, as atlasbus cuts a large range."""
     import redis
@@ -448,6 +510,7 @@ def main() -> None:
             "raw": [],
             "ceiling": [],
             "bare": [],
+            "floor": [],
         }
         cpu: dict[str, list[CpuSeconds]] = {name: [] for name in results}
         starts: list[float] = []
@@ -455,6 +518,7 @@ def main() -> None:
         ceiling_in_batch: list[float] = []
         ceiling_starts: list[float] = []
         bare_in_batch: list[float] = []
+        floor_in_batch: list[float] = []
         # One uncounted round of the three queries: the JVM compiles the conversion of each
         # schema's rows during its first large query, which would otherwise fall on whichever
         # query runs first (4-5 CPU-s at 5M entries).
@@ -484,6 +548,10 @@ def main() -> None:
             results["bare"].append(bare.rows_per_s)
             bare_in_batch.append(bare.in_batch_rows_per_s)
             cpu["bare"].append(bare.cpu)
+            floor = spark_receive_floor(spark, url, batch_file, args.rows, checkpoints, meter)
+            results["floor"].append(floor.rows_per_s)
+            floor_in_batch.append(floor.in_batch_rows_per_s)
+            cpu["floor"].append(floor.cpu)
             done = ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in results.items())
             print(f"  run {attempt + 1}: {done}; query start {run.start_s:.2f} s", flush=True)
         single = one_at_a_time(url, min(args.sample, args.rows))
@@ -519,6 +587,14 @@ def main() -> None:
         "bare_source_vs_ceiling_per_run": [
             round(b / c, 3) for b, c in zip(results["bare"], results["ceiling"], strict=True)
         ],
+        "receive_floor_rows_per_s": round(best["floor"]),
+        "receive_floor_in_batch_rows_per_s": round(max(floor_in_batch)),
+        "receive_floor_vs_ceiling_per_run": [
+            round(f / c, 3) for f, c in zip(results["floor"], results["ceiling"], strict=True)
+        ],
+        "spark_vs_receive_floor_per_run": [
+            round(a / f, 3) for a, f in zip(results["spark"], results["floor"], strict=True)
+        ],
         "spark_vs_ceiling": round(best["spark"] / best["ceiling"], 3),
         "spark_vs_ceiling_per_run": [
             round(a / c, 3) for a, c in zip(results["spark"], results["ceiling"], strict=True)
@@ -547,6 +623,8 @@ def main() -> None:
         ("  of which inside the micro-batch (addBatch)", in_batch[fastest]),
         ("Spark alone: same query and schema, pre-built batches", best["ceiling"]),
         ("  of which inside the micro-batch (addBatch)", max(ceiling_in_batch)),
+        ("receiving only: replies taken off the socket, pre-built rows", best["floor"]),
+        ("  of which inside the micro-batch (addBatch)", max(floor_in_batch)),
         ("raw baseline as a Spark source (nothing decoded)", best["bare"]),
         ("  of which inside the micro-batch (addBatch)", max(bare_in_batch)),
         ("atlasbus core reader, no Spark, 2 processes", best["core"]),
@@ -579,6 +657,10 @@ def main() -> None:
         f"{b / c:.3f}" for b, c in zip(results["bare"], results["ceiling"], strict=True)
     )
     print(f"raw baseline as a Spark source / Spark alone, end to end, per run: {bare_ratios}")
+    floor_ratios = ", ".join(
+        f"{f / c:.3f}" for f, c in zip(results["floor"], results["ceiling"], strict=True)
+    )
+    print(f"receiving only / Spark alone, end to end, per run: {floor_ratios}")
     print(f"\nenvelope {wire_bytes} bytes on the wire; results in {results_file}")
 
 
@@ -606,6 +688,7 @@ def chart(
     names = {
         "spark": "atlasbus query",
         "ceiling": "Spark alone",
+        "floor": "receiving only",
         "bare": "raw as a source",
         "core": "core reader",
         "raw": "raw baseline",
@@ -642,6 +725,7 @@ def print_cpu_table(best: dict[str, float], cpu: dict[str, CpuSeconds], rows: in
     labels = {
         "spark": "atlasbus readStream -> noop",
         "ceiling": "Spark alone, pre-built batches",
+        "floor": "receiving only, pre-built rows",
         "bare": "raw baseline as a Spark source",
         "core": "atlasbus core reader, 2 processes",
         "raw": "baseline: raw XRANGE + Arrow, 2 processes",
