@@ -699,7 +699,7 @@ def chart(
         heights = [(getattr(cpu[k], part) or 0.0) * per_million for k in names]
         right.bar(range(len(names)), heights, 0.6, bottom=bottoms, label=part)
         bottoms = [a + b for a, b in zip(bottoms, heights, strict=True)]
-    right.set_xticks(range(len(names)), list(names.values()), fontsize=8)
+    right.set_xticks(range(len(names)), list(names.values()), fontsize=8, rotation=25, ha="right")
     right.set_ylabel("CPU seconds per million entries")
     right.legend(fontsize=8)
     figure.suptitle("source throughput against raw XRANGE + Arrow and Spark alone, one run")
