@@ -59,6 +59,7 @@ STREAM_PREFIX = "bench"
 TOPIC = "orders"
 STREAM = f"{STREAM_PREFIX}:{TOPIC}"
 RESULTS = Path(__file__).parent / "results" / "source.json"
+_PREBUILT_ROWS = 10_000  # the rows of Spark alone's pre-built batch
 
 
 def envelope(index: int) -> dict[str, str]:
@@ -256,7 +257,7 @@ def one_task_per_core(rows: int, cores: int = 2) -> dict[str, str]:
     return {"maxEntriesPerPartition": str(math.ceil(rows / cores))}
 
 
-def prebuilt_batch(url: str, path: Path, size: int = 10_000) -> None:
+def prebuilt_batch(url: str, path: Path, size: int = _PREBUILT_ROWS) -> None:
     """Decode ``size`` real entries once and keep them as an Arrow IPC file for the ceiling."""
     import pyarrow as pa
     import redis
@@ -316,7 +317,6 @@ def spark_ceiling(
     """The same query with a source that only yields pre-built batches: Spark's own cost."""
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
     from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
     # As many tasks, of the same sizes, as atlasbus plans with its default partition size.
@@ -325,22 +325,41 @@ def spark_ceiling(
     path = str(batch_file)
 
     def read(partition: InputPartition) -> Any:
-        import pyarrow as pa
+        yield from prebuilt_rows(path, partition.value)
 
-        batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
-        full, rest = divmod(partition.value, batch.num_rows)
-        for _ in range(full):
-            yield batch
-        if rest:
-            yield batch.slice(0, rest)
-
-    frame = one_batch_source(
-        spark,
-        "atlasbus_bench_prebuilt",
-        spark_ddl(ENVELOPE_SCHEMA),
-        [InputPartition(size) for size in sizes],
-        read,
+    partitions = [InputPartition(size) for size in sizes]
+    return envelope_query(
+        spark, "atlasbus_bench_prebuilt", partitions, read, rows, checkpoint_root, meter
     )
+
+
+def prebuilt_rows(path: str, count: int) -> Any:
+    """``count`` rows of the pre-built batch in ``path``: the whole batch over and over, then
+    a slice of it; in the benchmark's Python workers."""
+    import pyarrow as pa
+
+    batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
+    full, rest = divmod(count, batch.num_rows)
+    for _ in range(full):
+        yield batch
+    if rest:
+        yield batch.slice(0, rest)
+
+
+def envelope_query(
+    spark: Any,
+    name: str,
+    partitions: list[Any],
+    read: Any,
+    rows: int,
+    checkpoint_root: Path,
+    meter: SparkCpu,
+) -> QueryRun:
+    """A query of the envelope schema whose one micro-batch is ``read`` from ``partitions``,
+    run into the noop sink."""
+    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
+
+    frame = one_batch_source(spark, name, spark_ddl(ENVELOPE_SCHEMA), partitions, read)
     return run_to_noop(frame, rows, checkpoint_root, meter)
 
 
@@ -357,19 +376,16 @@ def spark_receive_floor(
     """
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
     from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
     slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
     path = str(batch_file)
 
     def read(partition: InputPartition) -> Any:
-        import pyarrow as pa
         import redis
 
         from atlasbus.xrange_pages import XrangePages
 
-        batch = pa.ipc.open_file(pa.memory_map(path)).get_batch(0)
         pages = XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
         start, end = partition.value
         received: list[Any] = []
@@ -383,24 +399,17 @@ def spark_receive_floor(
                 start = b"(" + pages.last_id(page)
                 received.append(page)
                 unsent += len(page)
-            if received and (unsent >= batch.num_rows or not more):
+            if received and (unsent >= _PREBUILT_ROWS or not more):
                 kept = pages.hand_over(received)
                 kept.release(kept.buffer)
                 received = []
-                while unsent >= batch.num_rows:
-                    yield batch
-                    unsent -= batch.num_rows
-        if unsent:
-            yield batch.slice(0, unsent)
+                yield from prebuilt_rows(path, unsent - unsent % _PREBUILT_ROWS)
+                unsent %= _PREBUILT_ROWS
+        yield from prebuilt_rows(path, unsent)
 
-    frame = one_batch_source(
-        spark,
-        "atlasbus_bench_receive_floor",
-        spark_ddl(ENVELOPE_SCHEMA),
-        [InputPartition(bounds) for bounds in slices],
-        read,
-    )
-    return run_to_noop(frame, rows, checkpoint_root, meter)
+    partitions = [InputPartition(bounds) for bounds in slices]
+    name = "atlasbus_bench_receive_floor"
+    return envelope_query(spark, name, partitions, read, rows, checkpoint_root, meter)
 
 
 def time_slices(url: str, pieces: int) -> list[tuple[str, str]]:
