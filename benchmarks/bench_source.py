@@ -13,8 +13,8 @@ redis-server (or --url), then measures, each as the best of --repeat runs:
 * Spark alone: the same query shape and schema fed from pre-built Arrow batches of decoded
   envelopes, no Redis at all: the most any Python source can reach here, end to end
 * receiving only: Spark alone, its tasks also paging through the stream with XRANGE and
-  taking every reply off the socket, decoding nothing: the least any source reading Redis
-  pays here, and so the most it can reach
+  taking every reply off the socket, decoding nothing: about the most a source that receives
+  the replies a page at a time, one connection a task, can reach here
 * raw baseline as a Spark source: the same query shape reading Redis as the raw baseline does
   (every field a string column, nothing decoded or checked): the least a Python source that
   reads Redis pays inside Spark
@@ -366,7 +366,8 @@ def envelope_query(
 def spark_receive_floor(
     spark: Any, url: str, batch_file: Path, rows: int, checkpoint_root: Path, meter: SparkCpu
 ) -> QueryRun:
-    """Spark alone plus taking Redis's replies off the socket: what no reader can go below.
+    """Spark alone plus taking Redis's replies off the socket: about the most a source that
+    receives them a page at a time, one connection a task, can reach.
 
     The tasks of the raw baseline as a source (cut by time) page through the stream with
     XRANGE as atlasbus does and receive every reply's bytes, walked by atlasbus's reply walk
@@ -376,7 +377,7 @@ def spark_receive_floor(
     """
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
+    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION, DEFAULT_PAGE_SIZE
 
     slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
     path = str(batch_file)
@@ -392,9 +393,9 @@ def spark_receive_floor(
         unsent = 0  # rows received and not yet given to Spark
         more = True
         while more:
-            pages.send("XRANGE", STREAM, start, end, "COUNT", 1000)
+            pages.send("XRANGE", STREAM, start, end, "COUNT", DEFAULT_PAGE_SIZE)
             page = pages.read()
-            more = len(page) == 1000
+            more = len(page) == DEFAULT_PAGE_SIZE
             if len(page):
                 start = b"(" + pages.last_id(page)
                 received.append(page)
