@@ -331,3 +331,75 @@ def test_original_text_restores_what_fields_escaped() -> None:
         assert original_text(raw_text(value)) == value.decode()
     assert original_text(raw_text(b"\xe9")) == "\\xe9"  # not UTF-8: stays escaped
     assert original_text(None) is None
+
+
+# --- format=raw ------------------------------------------------------------------------------
+
+# Values that send a column of fields down its value-by-value path, or look as if they might:
+# not UTF-8, the text of an escape, a backslash ending one value before an "x" starting the next.
+AWKWARD_VALUES = [b"\xff", b"caf\\xe9", b"a\\", b"x41", b"", "é ✓".encode(), b"\\\\x4", b"\\"]
+# All UTF-8, one the text of an escape: the column's own bytes are not its text.
+ESCAPE_TEXT = [b"plain", b"caf\\xe9", b"\\\\x41", "é".encode(), b"", b"a\\", b"x41", b"ok"]
+
+
+def test_raw_format_reads_a_page_of_columns_as_its_entries() -> None:
+    entries = [
+        [f"1-{row}".encode(), [b"text", text, b"odd", value, b"\xfe name", b"x"]]
+        for row, (text, value) in enumerate(zip(ESCAPE_TEXT, AWKWARD_VALUES, strict=True))
+    ]
+    columns = column_page_of(entries)
+    assert columns is not None
+    batch = decode_raw(columns, topic="t", stream="s")
+    batch.validate(full=True)
+    assert batch.to_pylist() == decode_raw(entries, topic="t", stream="s").to_pylist()
+    assert [raw_entry(fields) for fields in batch.column("fields").to_pylist()] == [
+        list(zip(flat[0::2], flat[1::2], strict=True)) for _, flat in entries
+    ]
+    assert [dict(fields)["text"] for fields in batch.column("fields").to_pylist()][1:3] == [
+        "caf\\\\xe9",
+        "\\\\\\\\x41",
+    ]
+    assert batch.column("fields").to_pylist()[0] == [
+        ("text", "plain"),
+        ("odd", "\\xff"),
+        ("\\xfe name", "x"),
+    ]
+
+
+def test_raw_format_reads_every_layout_of_a_live_stream_in_order(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Pages of 4, byte for byte, every entry of the planned range once and in order: first
+    a range of one layout, all UTF-8 (its pages cut into columns together), then the whole
+    stream, where entries of their own layout and a repeated name send pages to hiredis."""
+    stream = f"{prefix}:any"
+    published: list[tuple[bytes, list[tuple[bytes, bytes]]]] = []
+
+    def add(*pairs: tuple[bytes, bytes]) -> None:
+        flat = [part for pair in pairs for part in pair]
+        published.append((r.execute_command("XADD", stream, "*", *flat), list(pairs)))
+
+    def read(upto: bytes) -> list[tuple[bytes, list[tuple[bytes, bytes]]]]:
+        planned = ReadRange(stream, stream, ZERO, EntryId.parse(upto.decode()))
+        return [
+            (row["id"].encode(), raw_entry(row["fields"]))
+            for batch in read_range(options, planned)
+            for row in batch.to_pylist()
+        ]
+
+    options = parse_source_options(
+        {"url": redis_url, "streams": stream, "format": "raw", "pageSize": "4"}
+    )
+    for value in ESCAPE_TEXT * 2:
+        add((b"temp", b"21.5"), (b"note", value))
+    one_layout = len(published)
+    for value in AWKWARD_VALUES * 3:
+        add((b"temp", b"21.5"), (b"note", value))
+    add((b"note", b"swapped"), (b"temp", b"1"))
+    add((b"k", b"1"), (b"k", b"2"))
+    add((b"only", b"\x00\x01"))
+    for row in range(9):
+        add((b"temp", str(row).encode()), (b"note", b"\\x41" if row % 2 else b"ok"))
+    add((b"temp", b"after the plan"))  # past the planned range: not this read's
+    assert read(published[one_layout - 1][0]) == published[:one_layout]
+    assert read(published[-2][0]) == published[:-1]

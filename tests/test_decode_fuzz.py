@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.decode import decode_envelope_page
+from atlasbus.decode import decode_envelope_page, decode_raw
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
@@ -414,6 +414,12 @@ def test_a_page_cut_into_columns_decodes_as_its_entries_do(cases: list[Case]) ->
     entries = [case.raw for case in cases]
     columns = column_page_of(entries)
     assert columns is not None
+    raw = decode_raw(columns, topic="t", stream="s:t")
+    raw.validate(full=True)
+    assert raw.to_pylist() == decode_raw(entries, topic="t", stream="s:t").to_pylist()
+    assert [raw_entry(fields) for fields in raw.column("fields").to_pylist()] == [
+        case.pairs for case in cases
+    ]
     for include_raw_fields in (False, True):
         rows, reasons = decode(entries, include_raw_fields, convert=True)
         assert decode(columns, include_raw_fields, convert=True) == (rows, reasons)
@@ -470,6 +476,10 @@ def test_through_redis_and_the_source_reader(redis_url: str, cases: list[Case]) 
         )
         whole = ReadRange(stream, "t", ZERO, EntryId(2**63, 0))
         rows = [row for batch in read_range(options, whole) for row in batch.to_pylist()]
+        raw_options = parse_source_options(
+            {"url": redis_url, "streams": stream, "format": "raw", "pageSize": "3"}
+        )
+        raw_rows = [row for batch in read_range(raw_options, whole) for row in batch.to_pylist()]
     finally:
         client.delete(stream)
         client.close()
@@ -481,3 +491,6 @@ def test_through_redis_and_the_source_reader(redis_url: str, cases: list[Case]) 
         assert row == alone
         assert (row["error"] is None) == (case.reason is None)
         assert raw_entry(row["fields"]) == case.pairs
+    assert [(row["id"], raw_entry(row["fields"])) for row in raw_rows] == [
+        (row["id"], case.pairs) for row, case in zip(rows, cases, strict=True)
+    ]

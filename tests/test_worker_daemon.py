@@ -56,12 +56,16 @@ AFTER_PRELOAD = textwrap.dedent(
 
     url, stream, topic = sys.argv[1:4]
     options = parse_source_options({"url": url, "streamPrefix": stream.split(":")[0], "topics": topic})
-    batches = list(read_range(options, ReadRange(stream, topic, EntryId(0, 0), EntryId(2**63, 0))))
+    whole = ReadRange(stream, topic, EntryId(0, 0), EntryId(2**63, 0))
+    batches = list(read_range(options, whole))
+    raw = parse_source_options({"url": url, "streams": stream, "format": "raw"})
+    raw_batches = list(read_range(raw, whole))
     rows = pa.RecordBatch.from_pydict({"payload": ['{"a": 1}', '{"b": [2]}']})
     encode_batch(rows, parse_sink_options({"url": url, "topic": topic}), enqueued_time=1.0)
     modules_after, signatures_after = loaded()
     print(json.dumps({
         "rows": sum(b.num_rows for b in batches),
+        "raw_rows": sum(b.num_rows for b in raw_batches),
         "errors": sum(b.num_rows - b.column("error").null_count for b in batches),
         "compiled": sorted(k for k, n in signatures.items() if n),
         "new_modules": sorted(modules_after - modules),
@@ -104,10 +108,10 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["rows"] == 32
+    assert report["rows"] == report["raw_rows"] == 32
     assert report["errors"] == 2
     # the ASCII check, the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
-    # the integers' and the seconds' readers
+    # the integers' and the seconds' readers, the raw fields' escape check
     assert report["compiled"] == [
         "atlasbus.ascii_text._all_ascii",
         "atlasbus.flat_json_maps._flat_maps",
@@ -115,6 +119,7 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
         "atlasbus.json_object_column._all_objects",
         "atlasbus.plain_numbers._read_int32",
         "atlasbus.plain_numbers._read_micros",
+        "atlasbus.raw_field_column._has_escape_text",
         "atlasbus.xrange_reply._gather",
         "atlasbus.xrange_reply._number",
         "atlasbus.xrange_reply._walk",

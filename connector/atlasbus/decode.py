@@ -135,15 +135,20 @@ def decode_envelope_page(
 
         ids = text_column(page.ids)
 
-        def field_lists() -> list[Sequence[bytes]]:
-            return list(map(_FIELDS_OF, page.entries()))
+        def raw_fields(only: list[bool] | None) -> pa.Array:
+            from atlasbus.raw_field_column import raw_field_maps
+
+            maps = raw_field_maps(page)
+            if only is None:
+                return maps
+            return pc.if_else(pa.array(only, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
     else:
         lists = list(map(_FIELDS_OF, entries))
         columns = dict(_columns_by_field(lists))
         ids = _id_array(entries)
 
-        def field_lists() -> list[Sequence[bytes]]:
-            return lists
+        def raw_fields(only: list[bool] | None) -> pa.Array:
+            return _raw_fields(lists, only)
 
     errors = _Errors(size)
     payload = _payload_column(columns.get(wire.PAYLOAD), errors)
@@ -168,9 +173,9 @@ def decode_envelope_page(
         envelope = [pc.if_else(bad, pa.scalar(None, arr.type), arr) for arr in envelope]
         error_column = pa.array(errors.messages, pa.string())
     if include_raw_fields:
-        fields = _raw_fields(field_lists(), None)
+        fields = raw_fields(None)
     elif raw_rows is not None:
-        fields = _raw_fields(field_lists(), raw_rows)
+        fields = raw_fields(raw_rows)
     else:
         fields = pa.nulls(size, STRING_MAP)
 
@@ -188,16 +193,19 @@ def decode_envelope_page(
 
 def decode_raw(page: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str) -> pa.RecordBatch:
     """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
-    entries = page.entries() if isinstance(page, ColumnPage) else page
-    size = len(entries)
-    ids = _id_array(entries)
-    arrays = [
-        _repeat(topic, size),
-        _repeat(stream, size),
-        ids,
-        _timestamps_of(ids),
-        _raw_fields(list(map(_FIELDS_OF, entries)), None),
-    ]
+    size = len(page)
+    if isinstance(page, ColumnPage):
+        from atlasbus.ascii_text import text_column  # see _map_column
+        from atlasbus.raw_field_column import raw_field_maps
+
+        ids = text_column(page.ids)
+        timestamps = _timestamps_of(ids, page.ids)
+        fields = raw_field_maps(page)
+    else:
+        ids = _id_array(page)
+        timestamps = _timestamps_of(ids)
+        fields = _raw_fields(list(map(_FIELDS_OF, page)), None)
+    arrays = [_repeat(topic, size), _repeat(stream, size), ids, timestamps, fields]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_SCHEMA)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from atlasbus.column_page import ColumnPage, joined_pages
+from atlasbus.column_page import ColumnPage
 from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, RawEntry, decode_envelope_page, decode_raw
@@ -33,7 +32,7 @@ from atlasbus.streams import StreamCatalog
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.xrange_pages import KeptReplies, Page, XrangePages
+    from atlasbus.xrange_pages import KeptReplies, Page
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -87,7 +86,7 @@ def read_range(
     _check_nothing_vanished(options, read, found, context)
 
 
-def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[KeptReplies | Listed]:
+def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[KeptReplies]:
     """``read``'s XRANGE replies in order, a decoding's worth at a time; on the read-ahead thread.
 
     The next page is asked for as soon as a reply's last byte has arrived, before any of it is
@@ -100,7 +99,9 @@ def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[Kept
         raw_connection(options.endpoint) as connection,
         translate_errors(options.endpoint),
     ):
-        pages = _reply_reader(options, connection)
+        from atlasbus.xrange_pages import XrangePages  # compiles or loads numba: executors only
+
+        pages = XrangePages(connection)
         pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
         awaiting_reply = True
         waiting: list[Page] = []  # replies not yet handed over
@@ -126,51 +127,6 @@ def _decode_rows(waiting: list[Page]) -> int:
     if any(isinstance(page, list) for page in waiting):
         return LIST_DECODE_ROWS
     return COLUMN_DECODE_ROWS
-
-
-@dataclass(frozen=True)
-class Listed:
-    """Replies parsed by hiredis, handed over as they are."""
-
-    pages: Sequence[Any]
-
-    def __len__(self) -> int:
-        return sum(map(len, self.pages))
-
-    def cut(self) -> ColumnPage | Sequence[RawEntry]:
-        return joined_pages(self.pages)
-
-
-class _HiredisReplies:
-    """Replies parsed by redis-py's hiredis parser: for ``format=raw``, which wants entry lists."""
-
-    def __init__(self, connection: Any) -> None:
-        self._connection = connection
-
-    def send(self, *args: Any) -> None:
-        self._connection.send_command(*args)
-
-    def read(self) -> list[Any]:
-        page: list[Any] = self._connection.read_response()
-        return page
-
-    @staticmethod
-    def last_id(page: Any) -> bytes:
-        last: bytes = page[-1][0]
-        return last
-
-    @staticmethod
-    def hand_over(pages: Sequence[Any]) -> Listed:
-        return Listed(pages)
-
-
-def _reply_reader(options: SourceOptions, connection: Any) -> XrangePages | _HiredisReplies:
-    """Envelopes are read as columns (``atlasbus.xrange_pages``); ``format=raw`` as lists."""
-    if options.format == "raw":
-        return _HiredisReplies(connection)
-    from atlasbus.xrange_pages import XrangePages  # compiles or loads numba code: executors only
-
-    return XrangePages(connection)
 
 
 def _check_nothing_vanished(
