@@ -276,9 +276,15 @@ def prebuilt_batch(url: str, path: Path, size: int = _PREBUILT_ROWS) -> None:
 def one_batch_source(spark: Any, name: str, schema: str, partitions: list[Any], read: Any) -> Any:
     """A streaming DataFrame whose only micro-batch is ``partitions``, each read by ``read``.
 
-    The classes are local, so cloudpickle ships them (and ``read``) to the workers by value.
+    The classes are local, so cloudpickle ships them (and ``read``) to the workers by value,
+    and so it does this module's functions that ``read`` calls: imported by another benchmark,
+    they would go by reference, and the workers cannot import this module.
     """
+    from pyspark import cloudpickle
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+
+    if __name__ != "__main__":
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     class Reader(DataSourceStreamReader):  # type: ignore[misc]
         def initialOffset(self) -> dict[str, int]:
