@@ -6,7 +6,8 @@ Publishes envelopes of the wire format (8 fields, about 424 bytes) to one stream
 redis-server (or --url), then measures, each as the best of --repeat runs:
 
 * spark: readStream.format("atlasbus") -> noop sink, trigger(availableNow=True), local[2]
-* core: atlasbus's own range reader without Spark, 2 processes (what Spark adds on top)
+* core: atlasbus's own range reader without Spark, 2 processes (what Spark adds on top); and
+  again with ``format=raw`` (each entry's fields as one map of strings)
 * raw baseline: 2 processes paging the same stream with XRANGE and building Arrow batches
   with the vectorised conversion (one flat binary array, cast, take), as measured-facts.md
 * one-at-a-time baseline: XREAD COUNT 1, like the bus's own consumer (on a sample)
@@ -142,19 +143,28 @@ def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
     return rows, time.process_time() - cpu_before
 
 
-def core_reader(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
+def core_reader(
+    url: str, bounds: tuple[str, str], data_format: str = "envelope"
+) -> tuple[int, float]:
     """Read one half with atlasbus's reader; returns (rows, CPU seconds spent)."""
     from atlasbus.entry_id import EntryId
     from atlasbus.planning import ReadRange
     from atlasbus.reader import read_range
     from atlasbus.source_options import parse_source_options
 
-    options = parse_source_options({"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC})
+    options = parse_source_options(
+        {"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC, "format": data_format}
+    )
     low = EntryId(0, 0) if bounds[0] == "-" else EntryId.parse(bounds[0].lstrip("("))
     high = EntryId(2**63, 0) if bounds[1] == "+" else EntryId.parse(bounds[1])
     cpu_before = time.process_time()
     rows = sum(b.num_rows for b in read_range(options, ReadRange(STREAM, TOPIC, low, high)))
     return rows, time.process_time() - cpu_before
+
+
+def core_reader_raw(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
+    """``core_reader`` with ``format=raw``: every entry's fields as one map of strings."""
+    return core_reader(url, bounds, "raw")
 
 
 @dataclass(frozen=True)
@@ -523,6 +533,7 @@ def main() -> None:
         results: dict[str, list[float]] = {
             "spark": [],
             "core": [],
+            "core_raw": [],
             "raw": [],
             "ceiling": [],
             "bare": [],
@@ -546,7 +557,12 @@ def main() -> None:
         rates = ", ".join(f"{run.rows_per_s:,.0f}/s" for run in warm)
         print(f"  warm-up (not counted): atlasbus, Spark alone, raw as a source: {rates}")
         for attempt in range(args.repeat):
-            for name, reader in (("raw", raw_xrange_to_arrow), ("core", core_reader)):
+            two = (
+                ("raw", raw_xrange_to_arrow),
+                ("core", core_reader),
+                ("core_raw", core_reader_raw),
+            )
+            for name, reader in two:
                 measured = two_processes(reader, url, redis_cpu)
                 results[name].append(measured.rows_per_s)
                 cpu[name].append(measured.cpu)
@@ -621,6 +637,11 @@ def main() -> None:
             round(c.readers / r.readers, 3) for c, r in zip(cpu["core"], cpu["raw"], strict=True)
         ],
         "core_2proc_rows_per_s": round(best["core"]),
+        "core_raw_format_cpu_vs_raw_cpu_per_run": [
+            round(c.readers / r.readers, 3)
+            for c, r in zip(cpu["core_raw"], cpu["raw"], strict=True)
+        ],
+        "core_raw_format_2proc_rows_per_s": round(best["core_raw"]),
         "raw_xrange_arrow_2proc_rows_per_s": round(best["raw"]),
         "xread_count1_rows_per_s": round(single),
         "spark_vs_raw": round(best["spark"] / best["raw"], 3),
@@ -644,6 +665,7 @@ def main() -> None:
         ("raw baseline as a Spark source (nothing decoded)", best["bare"]),
         ("  of which inside the micro-batch (addBatch)", max(bare_in_batch)),
         ("atlasbus core reader, no Spark, 2 processes", best["core"]),
+        ("  the same with format=raw (fields as one map)", best["core_raw"]),
         ("baseline: raw XRANGE + vectorised Arrow, 2 processes", best["raw"]),
         ("baseline: one at a time, XREAD COUNT 1 (bus consumer)", single),
     ]
@@ -669,6 +691,10 @@ def main() -> None:
         f"{c.readers / r.readers:.2f}" for c, r in zip(cpu["core"], cpu["raw"], strict=True)
     )
     print(f"core reader's CPU / raw baseline's CPU, per run: {ratios}")
+    raw_format = ", ".join(
+        f"{c.readers / r.readers:.2f}" for c, r in zip(cpu["core_raw"], cpu["raw"], strict=True)
+    )
+    print(f"core reader with format=raw, its CPU / raw baseline's, per run: {raw_format}")
     bare_ratios = ", ".join(
         f"{b / c:.3f}" for b, c in zip(results["bare"], results["ceiling"], strict=True)
     )
@@ -707,6 +733,7 @@ def chart(
         "floor": "receiving only",
         "bare": "raw as a source",
         "core": "core reader",
+        "core_raw": "core, format=raw",
         "raw": "raw baseline",
     }
     per_million = 1_000_000 / rows
@@ -744,6 +771,7 @@ def print_cpu_table(best: dict[str, float], cpu: dict[str, CpuSeconds], rows: in
         "floor": "receiving only, pre-built rows",
         "bare": "raw baseline as a Spark source",
         "core": "atlasbus core reader, 2 processes",
+        "core_raw": "atlasbus core reader, format=raw, 2 proc.",
         "raw": "baseline: raw XRANGE + Arrow, 2 processes",
     }
     cores = os.cpu_count() or 1
