@@ -110,3 +110,16 @@ def column_page_of(entries: list[Any]) -> ColumnPage | None:
         for i, name in enumerate(names)
     }
     return ColumnPage(pa.array([e[0] for e in entries], pa.binary()), names, columns)
+
+
+def raw_fields_of_columns(entries: list[Any]) -> list[Any]:
+    """The ``fields`` maps of a one-layout page read with ``format=raw`` from its columns,
+    after checking that they are valid Arrow and that its entry lists read the same."""
+    from atlasbus.decode import decode_raw
+
+    columns = column_page_of(entries)
+    assert columns is not None
+    batch = decode_raw(columns, topic="t", stream="s:t")
+    batch.validate(full=True)
+    assert batch.to_pylist() == decode_raw(entries, topic="t", stream="s:t").to_pylist()
+    return list(batch.column("fields").to_pylist())
