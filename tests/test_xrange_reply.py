@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from atlasbus import xrange_reply
-from atlasbus.column_page import ColumnPage, joined_pages
+from atlasbus.column_page import ColumnPage
 from atlasbus.connection import RedisEndpoint, raw_connection
 from atlasbus.xrange_pages import XrangePages
 from atlasbus.xrange_reply import COMPLETE, MORE, NOT_XRANGE, Walk, cut_reply, walk_reply
@@ -73,6 +73,11 @@ def as_entries(page: ColumnPage | list[Any]) -> list[Any]:
     """Either form as hiredis's [ID, [name, value, ...]] items, for comparing."""
     items = page.entries() if isinstance(page, ColumnPage) else page
     return [[entry_id, list(fields)] for entry_id, fields in items]
+
+
+def entries_of(parts: list[ColumnPage | list[Any]]) -> list[Any]:
+    """The parts a hand-over is cut into, one after another, as ``as_entries`` gives them."""
+    return [entry for part in parts for entry in as_entries(part)]
 
 
 def cut_whole(data: bytes) -> ColumnPage | None:
@@ -250,7 +255,12 @@ def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list
         pages = XrangePages(connection)
         for command in commands:
             pages.send(*command)
-        return [pages.hand_over([pages.read()]).cut() for _ in commands]
+        return [one_part(pages.hand_over([pages.read()]).cut()) for _ in commands]
+
+
+def one_part(parts: list[Any]) -> Any:
+    assert len(parts) == 1
+    return parts[0]
 
 
 def read_joined(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> Any:
@@ -280,10 +290,12 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
     assert [as_entries(page) for page in pages] == expected
     kinds = [isinstance(page, ColumnPage) for page in pages]
     assert kinds == [False, True, False, False, True]  # entries 5, 22 and 39 carry "extra"
-    assert as_entries(joined_pages(pages)) == [e for page in expected for e in page]
-    joined = read_joined(endpoint, commands)  # cut together: a layout differs, so entry lists
-    assert isinstance(joined, list)
-    assert as_entries(joined) == [e for page in expected for e in page]
+    # Cut together: each run of pages of one layout is one part of columns, the pages of other
+    # layouts next to each other one part of entry lists.
+    parts = read_joined(endpoint, commands)
+    assert [isinstance(part, ColumnPage) for part in parts] == [False, True, False, True]
+    assert [len(part) for part in parts] == [10, 10, 20, 10]
+    assert entries_of(parts) == [e for page in expected for e in page]
 
 
 def test_replies_cut_together_are_one_page_of_columns_equal_to_redis_py(
@@ -294,22 +306,23 @@ def test_replies_cut_together_are_one_page_of_columns_equal_to_redis_py(
     ids = [entry_id for entry_id, _ in r.xrange(stream)]
     commands = [("XRANGE", stream, ids[i], ids[min(i + 9, 49)]) for i in range(0, 50, 10)]
     commands.append(("XRANGE", stream, "(" + ids[-1].decode(), "+"))  # an empty reply, last
-    joined = read_joined(endpoint, commands)
+    joined = one_part(read_joined(endpoint, commands))
     assert isinstance(joined, ColumnPage) and len(joined) == 50
     assert joined.ids.to_pylist() == ids
     assert joined.columns[b"a"].to_pylist() == [HOSTILE[i % len(HOSTILE)] for i in range(50)]
     assert joined.columns[b"b"].to_pylist() == [str(i).encode() for i in range(50)]
 
 
-def test_replies_with_other_names_than_the_first_are_not_cut_together(
+def test_replies_with_other_names_than_the_first_are_cut_apart(
     r: redis.Redis, endpoint: RedisEndpoint, stream: str
 ) -> None:
     for index in range(20):  # each page uniform, but the second's names differ
         r.xadd(stream, {"a" if index < 10 else "z": str(index)})
     ids = [entry_id for entry_id, _ in r.xrange(stream)]
     commands = [("XRANGE", stream, ids[0], ids[9]), ("XRANGE", stream, ids[10], ids[19])]
-    joined = read_joined(endpoint, commands)
-    assert as_entries(joined) == [
+    parts = read_joined(endpoint, commands)
+    assert [(type(part), len(part)) for part in parts] == [(ColumnPage, 10), (ColumnPage, 10)]
+    assert entries_of(parts) == [
         [entry_id, [b"a" if i < 10 else b"z", str(i).encode()]] for i, entry_id in enumerate(ids)
     ]
 
@@ -333,7 +346,7 @@ def test_the_buffer_grows_under_replies_not_yet_cut(
         r.xadd(stream, {"v": value[index:], "i": str(index)})
     ids = [entry_id for entry_id, _ in r.xrange(stream)]
     commands = [("XRANGE", stream, ids[i], ids[i + 2]) for i in range(0, 9, 3)]
-    joined = read_joined(endpoint, commands)
+    joined = one_part(read_joined(endpoint, commands))
     assert isinstance(joined, ColumnPage)
     assert joined.columns[b"v"].to_pylist() == [value[index:] for index in range(9)]
     assert joined.ids.to_pylist() == ids
@@ -356,7 +369,7 @@ def test_an_error_reply_between_replies_not_yet_cut_loses_none_of_them(
             pages.read()
         third = pages.read()  # parsed by hiredis from here on
         assert isinstance(third, list)
-        assert as_entries(pages.hand_over([first, third]).cut()) == [
+        assert entries_of(pages.hand_over([first, third]).cut()) == [
             [entry_id, [b"a", str(i).encode()]] for i, entry_id in enumerate(ids)
         ]
     r.delete(f"{stream}:string")
@@ -373,7 +386,7 @@ def test_an_error_reply_raises_redis_pys_error_and_later_replies_still_read(
         pages.send("XRANGE", stream, "-", "+")
         with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
             pages.read()
-        assert as_entries(pages.hand_over([pages.read()]).cut()) == [
+        assert entries_of(pages.hand_over([pages.read()]).cut()) == [
             [r.xrange(stream)[0][0], [b"a", b"1"]]
         ]
     r.delete(f"{stream}:string")

@@ -6,9 +6,7 @@ pages (``atlasbus.decode``) does not load the compiler.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,26 +36,3 @@ class ColumnPage:
                 fields += (name, column[row])
             entries.append((entry_id, fields))
         return entries
-
-
-def joined_pages(pages: Sequence[ColumnPage | Sequence[Any]]) -> ColumnPage | Sequence[Any]:
-    """Consecutive pages as one: columns when they all share one layout, else entry lists."""
-    if len(pages) == 1:
-        return pages[0]
-    first = pages[0]
-    if isinstance(first, ColumnPage) and all(
-        isinstance(page, ColumnPage) and page.names == first.names for page in pages
-    ):
-        column_pages = [page for page in pages if isinstance(page, ColumnPage)]
-        return ColumnPage(
-            pa.concat_arrays([page.ids for page in column_pages]),
-            first.names,
-            {
-                name: pa.concat_arrays([page.columns[name] for page in column_pages])
-                for name in first.names
-            },
-        )
-    entries: list[Any] = []
-    for page in pages:
-        entries.extend(page.entries() if isinstance(page, ColumnPage) else page)
-    return entries

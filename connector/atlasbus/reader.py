@@ -76,7 +76,7 @@ def read_range(
         for replies in received:
             rows = len(replies)
             found += rows
-            decoded.append(decode(replies.cut()))
+            decoded.extend(map(decode, replies.cut()))
             decoded_rows += rows
             if decoded_rows >= batch_rows:
                 yield finish(decoded)

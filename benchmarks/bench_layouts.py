@@ -1,0 +1,142 @@
+"""A stream whose entries do not all share one field layout: the reader's CPU per entry.
+
+    python benchmarks/bench_layouts.py [--rows 200000] [--every 5000] [--repeat 3] [--label L]
+
+Publishers omit optional fields now and then, and a page holding such an entry cannot be cut
+into columns: hiredis parses it and it is decoded as entry lists. This measures what that
+costs the core reader, without Spark, on one private redis-server holding two streams of
+--rows envelopes (bench_source.py's): one where every entry has all 8 fields, and one where
+one entry in --every lacks ``correlation_id``. Each is read whole in one process by
+``atlasbus.reader.read_range``, with ``format=envelope`` and ``format=raw``, --repeat rounds,
+the four readings alternating; reports the best CPU µs per entry of each and the mixed
+stream's over the uniform one's. Writes benchmarks/results/layouts.json (layouts-L.json with
+--label) and the chart beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_source import envelope
+from installed_bytecode import compile_atlasbus
+from run_report import write_report
+
+RESULTS = Path(__file__).parent / "results" / "layouts.json"
+STREAMS = {"uniform": "bench:layouts:uniform", "mixed": "bench:layouts:mixed"}
+FORMATS = ("envelope", "raw")
+
+
+def publish(url: str, stream: str, rows: int, every: int) -> None:
+    """``rows`` envelopes; with ``every``, one in that many without ``correlation_id``."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.delete(stream)
+    for offset in range(0, rows, 2000):
+        pipe = client.pipeline(transaction=False)
+        for index in range(offset, min(offset + 2000, rows)):
+            fields = envelope(index)
+            if every and index % every == every // 2:
+                del fields["correlation_id"]
+            pipe.xadd(stream, fields)
+        pipe.execute()
+
+
+def read_whole(url: str, stream: str, data_format: str) -> tuple[int, float]:
+    """The whole stream through the core reader: (rows, CPU seconds)."""
+    from atlasbus.entry_id import EntryId
+    from atlasbus.planning import ReadRange
+    from atlasbus.reader import read_range
+    from atlasbus.source_options import parse_source_options
+
+    options = parse_source_options({"url": url, "streams": stream, "format": data_format})
+    whole = ReadRange(stream, stream, EntryId(0, 0), EntryId(2**63, 0))
+    started = time.process_time()
+    rows = sum(batch.num_rows for batch in read_range(options, whole))
+    return rows, time.process_time() - started
+
+
+def main() -> None:
+    compile_atlasbus()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--every", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--label", help="writes layouts-LABEL.json")
+    args = parser.parse_args()
+
+    from atlasbus.sandbox.redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        publish(server.url, STREAMS["uniform"], args.rows, 0)
+        publish(server.url, STREAMS["mixed"], args.rows, args.every)
+        load_before = os.getloadavg()
+        for data_format in FORMATS:  # numba's code loaded, the caches warm
+            read_whole(server.url, STREAMS["uniform"], data_format)
+        micros: dict[str, list[float]] = {}
+        for _ in range(args.repeat):
+            for data_format in FORMATS:
+                for kind, stream in STREAMS.items():
+                    rows, cpu = read_whole(server.url, stream, data_format)
+                    if rows != args.rows:
+                        raise SystemExit(f"{stream}: read {rows:,} entries of {args.rows:,}")
+                    micros.setdefault(f"{data_format}, {kind}", []).append(cpu / rows * 1e6)
+        load_after = os.getloadavg()
+    finally:
+        server.stop()
+
+    best = {name: min(values) for name, values in micros.items()}
+    mixed_over_uniform = {
+        data_format: round(best[f"{data_format}, mixed"] / best[f"{data_format}, uniform"], 2)
+        for data_format in FORMATS
+    }
+    print(f"\n{'core reader, one process':<34}{'best µs/entry':>15}{'all rounds':>28}")
+    for name, value in best.items():
+        rounds = ", ".join(f"{v:.2f}" for v in micros[name])
+        print(f"{name:<34}{value:>15.2f}{rounds:>28}")
+    print(f"mixed / uniform, best rounds: {mixed_over_uniform}")
+    results = RESULTS.with_name(f"layouts-{args.label}.json") if args.label else RESULTS
+    report: dict[str, Any] = {
+        "benchmark": "layouts",
+        "rows": args.rows,
+        "one_entry_without_correlation_id_in": args.every,
+        "best_cpu_us_per_entry": {k: round(v, 3) for k, v in best.items()},
+        "all_rounds_cpu_us_per_entry": {k: [round(v, 3) for v in vs] for k, vs in micros.items()},
+        "mixed_over_uniform": mixed_over_uniform,
+    }
+    write_report(results, report, load_before, load_after)
+    chart(best, args.every, results.with_suffix(".png"))
+    print(f"results in {results}")
+
+
+def chart(best: dict[str, float], every: int, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no chart drawn")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 3))
+    names = list(best)
+    axes.barh(range(len(names)), [best[n] for n in names], color="tab:blue")
+    axes.set_yticks(range(len(names)), names, fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("core reader, CPU µs per entry (best round)")
+    axes.set_title(f"all entries one layout, or one in {every:,} without a field", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
