@@ -28,7 +28,15 @@ from atlasbus import xrange_reply
 from atlasbus.column_page import ColumnPage
 from atlasbus.connection import RedisEndpoint, raw_connection
 from atlasbus.xrange_pages import XrangePages
-from atlasbus.xrange_reply import COMPLETE, MORE, NOT_XRANGE, Walk, cut_reply, walk_reply
+from atlasbus.xrange_reply import (
+    COMPLETE,
+    LAYOUT_CHANGES,
+    MORE,
+    NOT_XRANGE,
+    Walk,
+    cut_reply,
+    walk_reply,
+)
 
 # Values that look like RESP framing, or are not text at all.
 HOSTILE = [
@@ -138,6 +146,27 @@ def test_pages_whose_layouts_differ_are_left_to_hiredis(
     r.delete(stream)
     r.execute_command("XADD", stream, "*", "a", "1", "a", "2")  # a repeated name
     assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
+
+
+def test_a_reply_walked_with_splits_byte_by_byte_is_cut_where_its_layout_changes(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    """Each cut point of the bytes asks for more, never misreads, and every walk of the reply
+    is one layout's run, cut into columns that hold exactly hiredis's entries."""
+    layouts = [{"a": "1", "b": "2"}] * 3 + [{"b": "2", "a": "1"}, {"a": "1"}] + [{"a": "x"}] * 2
+    for index, fields in enumerate(layouts):
+        r.xadd(stream, {name: f"{value}{index}" for name, value in fields.items()})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    buffer = np.frombuffer(data, np.uint8)
+    walks = [Walk()]
+    for end in [*range(len(data)), len(data)]:
+        while (status := walk_reply(buffer, end, walks[-1], may_split=True)) == LAYOUT_CHANGES:
+            walks.append(walks[-1].rest())
+        assert status == (COMPLETE if end == len(data) else MORE), end
+    assert walks[-1].position == len(data)
+    pages = [cut_reply(buffer, walk) for walk in walks]
+    assert [len(page) if page else None for page in pages] == [3, 1, 3]
+    assert [entry for page in pages if page for entry in as_entries(page)] == hiredis_of(data)
 
 
 def test_names_differing_in_any_one_byte_are_seen(
@@ -255,7 +284,7 @@ def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list
         pages = XrangePages(connection)
         for command in commands:
             pages.send(*command)
-        return [one_part(pages.hand_over([pages.read()]).cut()) for _ in commands]
+        return [pages.hand_over([pages.read()]).cut() for _ in commands]
 
 
 def one_part(parts: list[Any]) -> Any:
@@ -278,7 +307,7 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
     for index in range(50):
         fields = {"a": HOSTILE[index % len(HOSTILE)], "b": str(index)}
         if index % 17 == 5:
-            fields["extra"] = "x"  # the pages holding it take hiredis's way
+            fields["extra"] = "x"  # entries 5, 22 and 39: a layout of their own
         r.xadd(stream, fields)
     ids = [entry_id for entry_id, _ in r.xrange(stream)]
     commands = [("XRANGE", stream, ids[i], ids[min(i + 9, 49)]) for i in range(0, 50, 10)]
@@ -287,15 +316,35 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
         [[entry_id, [x for pair in fields.items() for x in pair]] for entry_id, fields in page]
         for page in (r.xrange(stream, c[2], c[3]) for c in commands)
     ]
-    assert [as_entries(page) for page in pages] == expected
-    kinds = [isinstance(page, ColumnPage) for page in pages]
-    assert kinds == [False, True, False, False, True]  # entries 5, 22 and 39 carry "extra"
-    # Cut together: each run of pages of one layout is one part of columns, the pages of other
-    # layouts next to each other one part of entry lists.
+    assert [entries_of(parts) for parts in pages] == expected
+    # A page is cut where its entries' layout changes: every part columns.
+    assert [[len(part) for part in parts] for parts in pages] == [
+        [5, 1, 4],
+        [10],
+        [2, 1, 7],
+        [9, 1],
+        [10],
+    ]
+    assert all(isinstance(part, ColumnPage) for parts in pages for part in parts)
+    # Cut together: each run of one layout is one part, across pages too.
     parts = read_joined(endpoint, commands)
-    assert [isinstance(part, ColumnPage) for part in parts] == [False, True, False, True]
-    assert [len(part) for part in parts] == [10, 10, 20, 10]
+    assert [len(part) for part in parts] == [5, 1, 16, 1, 16, 1, 10]
+    assert all(isinstance(part, ColumnPage) for part in parts)
     assert entries_of(parts) == [e for page in expected for e in page]
+
+
+def test_a_layout_that_changes_at_every_entry_is_left_to_hiredis_after_a_few_changes(
+    r: redis.Redis, redis_url: str, endpoint: RedisEndpoint, stream: str
+) -> None:
+    for index in range(30):
+        r.xadd(stream, {"a" if index % 2 else "b": str(index)})
+    r.xadd(stream, {"k": "1"})  # a repeated name: never columns
+    r.execute_command("XADD", stream, "*", "k", "1", "k", "2")
+    expected = hiredis_of(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
+    (parts,) = read_pages(endpoint, [("XRANGE", stream, "-", "+")])
+    assert entries_of(parts) == expected
+    # 9 walks of one entry each, cut into columns; the other 23 entries read by hiredis
+    assert [(type(part), len(part)) for part in parts] == [(ColumnPage, 1)] * 8 + [(list, 24)]
 
 
 def test_replies_cut_together_are_one_page_of_columns_equal_to_redis_py(
@@ -333,7 +382,7 @@ def test_a_page_larger_than_the_buffer_grows_it(
     big = bytes(range(256)) * 12_000  # 3 MB per value: the buffer starts at 1 MiB
     for index in range(3):
         r.xadd(stream, {"v": big[index:], "i": str(index)})
-    (page,) = read_pages(endpoint, [("XRANGE", stream, "-", "+")])
+    ((page,),) = read_pages(endpoint, [("XRANGE", stream, "-", "+")])
     assert isinstance(page, ColumnPage)
     assert page.columns[b"v"].to_pylist() == [big, big[1:], big[2:]]
 
@@ -415,8 +464,8 @@ def test_any_entries_read_as_hiredis_reads_them(
         for fields in entries:
             client.execute_command("XADD", stream, "*", *[x for pair in fields for x in pair])
         command = ("XRANGE", stream, "-", "+", "COUNT", 5)
-        (page,) = read_pages(endpoint, [command])
-        assert as_entries(page) == hiredis_of(raw_reply(redis_url, *command))
+        (parts,) = read_pages(endpoint, [command])
+        assert entries_of(parts) == hiredis_of(raw_reply(redis_url, *command))
     finally:
         client.delete(stream)
         client.close()

@@ -14,7 +14,7 @@ later reply on this connection.
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,20 +26,31 @@ from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from atlasbus.column_page import ColumnPage
-from atlasbus.xrange_reply import COMPLETE, NOT_XRANGE, Walk, cut_replies, walk_reply
+from atlasbus.xrange_reply import (
+    LAYOUT_CHANGES,
+    MORE,
+    NOT_XRANGE,
+    Walk,
+    cut_replies,
+    walk_reply,
+)
 
 _FIRST_BUFFER = 1 << 20  # a page of 1,000 envelopes of 500 bytes; grown to hold a batch's
+# A reply is walked in a new walk where its entries' field layout changes, this many times at
+# most; the rest of a reply whose layout changes more often is left to hiredis.
+_MOST_LAYOUT_CHANGES = 8
 
 
 @dataclass(frozen=True)
 class WalkedReply:
-    """A reply walked where it lies in an ``XrangePages``'s buffer, not yet cut into columns."""
+    """A reply walked where it lies in an ``XrangePages``'s buffer, not yet cut into columns:
+    one walk per run of entries of one field layout, in order."""
 
-    walk: Walk
+    walks: tuple[Walk, ...]
     last_id: bytes  # the last entry's ID (the next page's exclusive start); b"" if none
 
     def __len__(self) -> int:
-        return self.walk.entries
+        return sum(walk.entries for walk in self.walks)
 
 
 Page = WalkedReply | list[Any]
@@ -57,10 +68,10 @@ class KeptReplies:
         return sum(map(len, self.pages))
 
     def cut(self) -> list[ColumnPage | list[Any]]:
-        """The replies in order, as parts to decode one by one: each run of replies whose
-        entries share one field layout cut together into columns (one gather), any other
-        reply as hiredis's entry lists (next to each other, joined). The buffer goes back to
-        its ``XrangePages`` after.
+        """The replies in order, as parts to decode one by one: each run of entries of one
+        field layout cut together into columns (one gather), whether it spans replies or is
+        a part of one, and any other entries as hiredis's entry lists (next to each other,
+        joined). The buffer goes back to its ``XrangePages`` after.
 
         Runs, not the whole hand-over: one reply of another layout made every reply handed
         over with it entry lists, and one entry in 5,000 without an optional field made the
@@ -69,29 +80,35 @@ class KeptReplies:
         parts: list[ColumnPage | list[Any]] = []
         run: list[Walk] = []
         run_layout: list[bytes] | None = None
-        for page in self.pages:
-            if not len(page):
-                continue
-            layout = self._layout(page)
-            if layout is None or not isinstance(page, WalkedReply):
+        for piece in self._pieces():
+            layout = self._layout(piece) if isinstance(piece, Walk) else None
+            if layout is None or not isinstance(piece, Walk):
                 self._cut_run(run, parts)
                 run, run_layout = [], None
-                self._add_entries(self._entry_lists(page), parts)
+                self._add_entries(self._parsed(piece) if isinstance(piece, Walk) else piece, parts)
                 continue
             if layout != run_layout:
                 self._cut_run(run, parts)
                 run, run_layout = [], layout
-            run.append(page.walk)
+            run.append(piece)
         self._cut_run(run, parts)
         self.release(self.buffer)
         return parts
 
-    def _layout(self, page: Page) -> list[bytes] | None:
-        """The field names every entry of ``page`` has, in order; None when they differ, a name
-        repeats, or hiredis read the page."""
-        if not isinstance(page, WalkedReply) or not page.walk.uniform:
+    def _pieces(self) -> Iterator[Walk | list[Any]]:
+        """The pages' walks with entries, and the pages hiredis read, in order."""
+        for page in self.pages:
+            if isinstance(page, WalkedReply):
+                yield from (walk for walk in page.walks if walk.entries)
+            elif page:
+                yield page
+
+    def _layout(self, walk: Walk) -> list[bytes] | None:
+        """The field names every entry of ``walk`` has, in order; None when they differ or a
+        name repeats."""
+        if not walk.uniform:
             return None
-        names = page.walk.names(self.buffer)
+        names = walk.names(self.buffer)
         return names if len(set(names)) == len(names) else None
 
     def _cut_run(self, walks: list[Walk], parts: list[ColumnPage | list[Any]]) -> None:
@@ -104,13 +121,12 @@ class KeptReplies:
         else:
             parts.append(cut)
 
-    def _entry_lists(self, page: Page) -> list[Any]:
-        return page if isinstance(page, list) else self._parsed(page.walk)
-
     def _parsed(self, walk: Walk) -> list[Any]:
-        """The walked reply's entries as hiredis parses its bytes."""
+        """The walk's entries as hiredis parses their bytes (under an array header of its own:
+        the walk may be a part of its reply)."""
         one = _hiredis_reader()
-        one.feed(self.buffer[walk.begin : walk.position].tobytes())
+        one.feed(b"*%d\r\n" % walk.entries)
+        one.feed(self.buffer[walk.first_entry : walk.position].tobytes())
         entries: list[Any] = one.gets()
         return entries
 
@@ -149,22 +165,27 @@ class XrangePages:
         """The next reply, once its last byte is walked; an error reply raises redis-py's error."""
         if self._hiredis is not None:
             return self._read_with_hiredis()
-        walk = Walk(self._kept)
-        while (status := walk_reply(self._buffer, self._filled, walk)) not in (
-            COMPLETE,
-            NOT_XRANGE,
-        ):
-            self._receive()
+        walks = [Walk(self._kept)]
+        while True:
+            may_split = len(walks) <= _MOST_LAYOUT_CHANGES
+            status = walk_reply(self._buffer, self._filled, walks[-1], may_split=may_split)
+            if status == MORE:
+                self._receive()
+            elif status == LAYOUT_CHANGES:
+                walks.append(walks[-1].rest())
+            else:
+                break
         if status == NOT_XRANGE:
             self._hiredis = _hiredis_reader()
             return self._read_with_hiredis()
+        walk = walks[-1]
         self._kept = walk.position
         last_id = b""
         if walk.entries > 0:
             id_start, id_length = walk.places[0], walk.places[1]
             start = id_start[walk.entries - 1]
             last_id = self._buffer[start : start + id_length[walk.entries - 1]].tobytes()
-        return WalkedReply(walk, last_id)
+        return WalkedReply(tuple(walks), last_id)
 
     @staticmethod
     def last_id(page: Page) -> bytes:

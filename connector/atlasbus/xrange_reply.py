@@ -32,6 +32,9 @@ MORE = 0  # the reply is not all there yet: read more bytes and walk again from 
 COMPLETE = 1  # the reply ends at the returned position
 NOT_XRANGE = -1  # not an array of [ID, [name, value, ...]] (an error reply, say): use hiredis
 FULL = 2  # the walk's arrays for names and values are full: grow them and walk on
+# An entry's field layout differs from the walk's: end the walk before it, walk on in a new one
+# (``Walk.rest``). Only when the walk may split; otherwise the rest is walked without notes.
+LAYOUT_CHANGES = 3
 
 _ASTERISK, _DOLLAR, _CR, _MINUS, _ZERO = 42, 36, 13, 45, 48
 
@@ -133,6 +136,7 @@ def _walk(
     entry: int,
     values: int,
     width: int,
+    may_split: bool,
     id_start: Any,
     id_length: Any,
     value_start: Any,
@@ -145,9 +149,10 @@ def _walk(
     Notes where each ID and value lies, and where the first entry's names lie (``width`` of
     them). Every later entry's names are compared with those as they are walked, while their
     bytes are in the CPU's caches (a pass of its own over the cut page's names took a tenth of
-    cutting it); at the first difference ``width`` becomes ``_MIXED`` and nothing more is
-    noted. Returns (status, position, entries walked, values noted, width); FULL when the
-    arrays are too small for the next entry.
+    cutting it); at the first difference the walk returns LAYOUT_CHANGES at that entry's start
+    when ``may_split``, else ``width`` becomes ``_MIXED`` and nothing more is noted. Returns
+    (status, position, entries walked, values noted, width); FULL when the arrays are too small
+    for the next entry.
     """
     address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
     entries = id_start.shape[0]
@@ -182,6 +187,8 @@ def _walk(
                 return FULL, pos, entry, values, width
             entry_width = names
         elif entry_width != names:
+            if may_split:
+                return LAYOUT_CHANGES, pos, entry, values, width
             entry_width = _MIXED
         if entry_width != _MIXED and values + names > capacity:
             return FULL, pos, entry, values, width
@@ -200,6 +207,8 @@ def _walk(
                 name_start[name] = name_at
                 name_length[name] = name_size
             elif not _same_name(address, name_at, name_size, name_start[name], name_length[name]):
+                if may_split:
+                    return LAYOUT_CHANGES, pos, entry, values, width
                 entry_width = _MIXED
                 continue
             value_start[values + name] = value_at
@@ -288,12 +297,13 @@ class Walk:
         self.walked = 0
         self.values = 0
         self.width = _NO_ENTRY_YET  # names an entry, once the first entry is walked
+        self.first_entry = begin  # where the first entry starts, after any array header
         # ID starts and lengths, value starts and lengths, the first entry's name starts and
         # lengths (as walked)
         self.places: tuple[np.ndarray, ...] = ()
 
     def start(self, entries: int, position: int) -> None:
-        self.entries, self.position = entries, position
+        self.entries, self.position, self.first_entry = entries, position, position
         ids = np.empty((2, entries), np.int64)
         values = np.empty((2, 8 * entries), np.int64)  # 8 fields an entry before growing
         names = np.empty((2, 16), np.int64)
@@ -305,6 +315,14 @@ class Walk:
         values = _grown(self.places[2:4], self.values, 2 * len(self.places[2]) + 16)
         names = _grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
         self.places = (id_start, id_length, *values, *names)
+
+    def rest(self) -> Walk:
+        """A walk of the reply's entries from where ``_walk`` said LAYOUT_CHANGES; this walk
+        ends there, with the entries it walked."""
+        rest = Walk(self.position)
+        rest.start(self.entries - self.walked, self.position)
+        self.entries = self.walked
+        return rest
 
     @property
     def uniform(self) -> bool:
@@ -329,8 +347,9 @@ def _grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
     return grown
 
 
-def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
-    """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE or NOT_XRANGE.
+def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False) -> int:
+    """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE or NOT_XRANGE,
+    or with ``may_split`` LAYOUT_CHANGES (walk on in ``walk.rest()``).
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
@@ -347,7 +366,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
         walk.start(entries, position)
     while True:
         status, walk.position, walk.walked, walk.values, walk.width = _walk(
-            buf, end, walk.position, walk.walked, walk.values, walk.width, *walk.places
+            buf, end, walk.position, walk.walked, walk.values, walk.width, may_split, *walk.places
         )
         if status != FULL:
             return int(status)
