@@ -4,11 +4,12 @@ redis-py sends the command (and has done the connection's handshake, TLS and AUT
 the reply's bytes are then taken off the socket here and cut by ``atlasbus.xrange_reply``
 without building a Python object per value. A reply is walked as its bytes arrive and kept in
 the buffer; the replies of a micro-batch's part are handed over in that buffer (``hand_over``,
-on the thread that receives them) and cut together, each run of replies of one field layout
-in one gather (``KeptReplies.cut``, on the thread that decodes them). A page whose entries
-differ in their fields is parsed by hiredis from the same bytes. A reply that is not an array
-of entries (an error, say) is handed to hiredis with everything after it, and so is every
-later reply on this connection.
+on the thread that receives them) and cut together, each run of entries of one field layout
+in one gather (``KeptReplies.cut``, on the thread that decodes them). A reply is walked in a
+new walk where its entries' layout changes; the entries of a reply whose layout changes more
+than ``_MOST_LAYOUT_CHANGES`` times, or whose entries repeat a name, are parsed by hiredis
+from the same bytes. A reply that is not an array of entries (an error, say) is handed to
+hiredis with everything after it, and so is every later reply on this connection.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ class KeptReplies:
         a part of one, and any other entries as hiredis's entry lists (next to each other,
         joined). The buffer goes back to its ``XrangePages`` after.
 
-        Runs, not the whole hand-over: one reply of another layout made every reply handed
+        Runs, not the whole hand-over: one entry of another layout made every reply handed
         over with it entry lists, and one entry in 5,000 without an optional field made the
-        reader 5-7 times as slow.
+        reader 10 times as slow (``benchmarks/bench_layouts.py``).
         """
         parts: list[ColumnPage | list[Any]] = []
         run: list[Walk] = []
