@@ -7,10 +7,11 @@ import time
 import uuid
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import redis
 
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
 
 
 def envelope(topic: str, index: int, **overrides: Any) -> dict[str, Any]:
@@ -112,14 +113,28 @@ def column_page_of(entries: list[Any]) -> ColumnPage | None:
     return ColumnPage(pa.array([e[0] for e in entries], pa.binary()), names, columns)
 
 
-def raw_fields_of_columns(entries: list[Any]) -> list[Any]:
-    """The ``fields`` maps of a one-layout page read with ``format=raw`` from its columns,
-    after checking that they are valid Arrow and that its entry lists read the same."""
+def pair_page_of(entries: list[Any]) -> PairPage:
+    """The page as ``atlasbus.xrange_pairs`` cuts it, whatever its entries' layouts."""
+    counts = [len(flat) // 2 for _, flat in entries]
+    return PairPage(
+        pa.array([entry_id for entry_id, _ in entries], pa.binary()),
+        pa.array(np.concatenate([[0], np.cumsum(counts, dtype=np.int32)]), pa.int32()),
+        pa.array([name for _, flat in entries for name in flat[0::2]], pa.binary()),
+        pa.array([value for _, flat in entries for value in flat[1::2]], pa.binary()),
+    )
+
+
+def raw_fields_of_pages(entries: list[Any]) -> list[Any]:
+    """The ``fields`` maps of a page read with ``format=raw`` from its names and values (and,
+    for a one-layout page, from its columns too), after checking that they are valid Arrow and
+    that its entry lists read the same."""
     from atlasbus.decode import decode_raw
 
+    expected = decode_raw(entries, topic="t", stream="s:t").to_pylist()
     columns = column_page_of(entries)
-    assert columns is not None
-    batch = decode_raw(columns, topic="t", stream="s:t")
-    batch.validate(full=True)
-    assert batch.to_pylist() == decode_raw(entries, topic="t", stream="s:t").to_pylist()
+    pages = [pair_page_of(entries)] if columns is None else [pair_page_of(entries), columns]
+    for page in pages:
+        batch = decode_raw(page, topic="t", stream="s:t")
+        batch.validate(full=True)
+        assert batch.to_pylist() == expected
     return list(batch.column("fields").to_pylist())

@@ -20,7 +20,7 @@ from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_entry
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import column_page_of, publish, raw_fields_of_columns
+from helpers import column_page_of, publish, raw_fields_of_pages
 
 TRACINGS = [
     {"trace_id": "a"},
@@ -347,7 +347,7 @@ def test_raw_format_reads_a_page_of_columns_as_its_entries() -> None:
         [f"1-{row}".encode(), [b"text", text, b"odd", value, b"\xfe name", b"x"]]
         for row, (text, value) in enumerate(zip(ESCAPE_TEXT, AWKWARD_VALUES, strict=True))
     ]
-    maps = raw_fields_of_columns(entries)
+    maps = raw_fields_of_pages(entries)
     assert [raw_entry(fields) for fields in maps] == [
         list(zip(flat[0::2], flat[1::2], strict=True)) for _, flat in entries
     ]
@@ -362,12 +362,31 @@ def test_raw_format_reads_a_page_of_columns_as_its_entries() -> None:
     ]
 
 
+def test_raw_format_reads_names_and_values_of_any_layouts_as_their_entries() -> None:
+    entries = [
+        [b"1-0", [b"text", b"caf\\xe9", b"odd", b"\xff"]],
+        [b"1-1", [b"\xfe name", b"x"]],
+        [b"1-2", [b"k", b"1", b"k", b"2", b"k", b""]],  # a repeated name: every pair kept
+        [b"1-3", [b"a\\", b"x41", b"", b"\\\\x4"]],  # an empty name
+        [b"1-4", [b"odd", b"\xff", b"text", b"caf\\xe9"]],  # 1-0's fields, swapped
+    ]
+    maps = raw_fields_of_pages(entries)
+    assert [raw_entry(fields) for fields in maps] == [
+        list(zip(flat[0::2], flat[1::2], strict=True)) for _, flat in entries
+    ]
+    assert maps[:3] == [
+        [("text", "caf\\\\xe9"), ("odd", "\\xff")],
+        [("\\xfe name", "x")],
+        [("k", "1"), ("k", "2"), ("k", "")],
+    ]
+
+
 def test_raw_format_reads_every_layout_of_a_live_stream_in_order(
     r: redis.Redis, redis_url: str, prefix: str
 ) -> None:
     """Pages of 4, byte for byte, every entry of the planned range once and in order: first
-    a range of one layout, all UTF-8 (its pages cut into columns together), then the whole
-    stream, where entries of their own layout and a repeated name send pages to hiredis."""
+    a range of one layout, all UTF-8, then the whole stream, with entries of their own layout
+    and a repeated name (all walked into names and values)."""
     stream = f"{prefix}:any"
     published: list[tuple[bytes, list[tuple[bytes, bytes]]]] = []
 

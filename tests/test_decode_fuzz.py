@@ -28,7 +28,7 @@ from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import column_page_of, raw_fields_of_columns
+from helpers import column_page_of, raw_fields_of_pages
 
 WIRE = (
     b"topic",
@@ -414,7 +414,7 @@ def test_a_page_cut_into_columns_decodes_as_its_entries_do(cases: list[Case]) ->
     entries = [case.raw for case in cases]
     columns = column_page_of(entries)
     assert columns is not None
-    maps = raw_fields_of_columns(entries)
+    maps = raw_fields_of_pages(entries)
     assert [raw_entry(fields) for fields in maps] == [case.pairs for case in cases]
     for include_raw_fields in (False, True):
         rows, reasons = decode(entries, include_raw_fields, convert=True)

@@ -111,7 +111,8 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     assert report["rows"] == report["raw_rows"] == 32
     assert report["errors"] == 2
     # the ASCII check, the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
-    # the integers' and the seconds' readers, the raw fields' escape check and interleaving
+    # the integers' and the seconds' readers, the raw fields' escape check and interleaving, the
+    # walk into names and values and its gather
     assert report["compiled"] == [
         "atlasbus.ascii_text._all_ascii",
         "atlasbus.flat_json_maps._flat_maps",
@@ -121,6 +122,8 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
         "atlasbus.plain_numbers._read_micros",
         "atlasbus.raw_field_column._has_escape_text",
         "atlasbus.raw_field_column._interleave",
+        "atlasbus.xrange_pairs._gather_spans",
+        "atlasbus.xrange_pairs._walk_pairs",
         "atlasbus.xrange_reply._gather",
         "atlasbus.xrange_reply._number",
         "atlasbus.xrange_reply._walk",

@@ -1,4 +1,5 @@
-"""XRANGE replies cut into columns straight from the socket's bytes (atlasbus.xrange_reply).
+"""XRANGE replies cut into columns straight from the socket's bytes: a column per field
+(atlasbus.xrange_reply), or columns of names and values (atlasbus.xrange_pairs).
 
 Every reply comes from a real redis-server. What the cutter gives must be, entry for entry and
 byte for byte, what hiredis gives for the same bytes: whatever the values hold (CRLF, RESP
@@ -25,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from atlasbus import xrange_reply
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.connection import RedisEndpoint, raw_connection
 from atlasbus.xrange_pages import XrangePages
+from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
 from atlasbus.xrange_reply import (
     COMPLETE,
     LAYOUT_CHANGES,
@@ -77,13 +79,13 @@ def hiredis_of(data: bytes) -> Any:
     return reader.gets()
 
 
-def as_entries(page: ColumnPage | list[Any]) -> list[Any]:
-    """Either form as hiredis's [ID, [name, value, ...]] items, for comparing."""
-    items = page.entries() if isinstance(page, ColumnPage) else page
+def as_entries(page: ColumnPage | PairPage | list[Any]) -> list[Any]:
+    """Any form as hiredis's [ID, [name, value, ...]] items, for comparing."""
+    items = page if isinstance(page, list) else page.entries()
     return [[entry_id, list(fields)] for entry_id, fields in items]
 
 
-def entries_of(parts: list[ColumnPage | list[Any]]) -> list[Any]:
+def entries_of(parts: list[ColumnPage | PairPage | list[Any]]) -> list[Any]:
     """The parts a hand-over is cut into, one after another, as ``as_entries`` gives them."""
     return [entry for part in parts for entry in as_entries(part)]
 
@@ -277,11 +279,13 @@ def endpoint(redis_url: str) -> RedisEndpoint:
     return parse_source_options({"url": redis_url, "topics": "t"}).endpoint
 
 
-def read_pages(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> list[Any]:
+def read_pages(
+    endpoint: RedisEndpoint, commands: list[tuple[Any, ...]], *, any_layout: bool = False
+) -> list[Any]:
     """Send all commands at once (pipelined, as the reader does), then read and cut each reply
     alone (the bytes of the replies after it already in the buffer, some of them)."""
     with raw_connection(endpoint) as connection:
-        pages = XrangePages(connection)
+        pages = XrangePages(connection, any_layout=any_layout)
         for command in commands:
             pages.send(*command)
         return [pages.hand_over([pages.read()]).cut() for _ in commands]
@@ -292,10 +296,12 @@ def one_part(parts: list[Any]) -> Any:
     return parts[0]
 
 
-def read_joined(endpoint: RedisEndpoint, commands: list[tuple[Any, ...]]) -> Any:
+def read_joined(
+    endpoint: RedisEndpoint, commands: list[tuple[Any, ...]], *, any_layout: bool = False
+) -> Any:
     """Send all commands at once, read every reply, then cut them together, as the reader does."""
     with raw_connection(endpoint) as connection:
-        pages = XrangePages(connection)
+        pages = XrangePages(connection, any_layout=any_layout)
         for command in commands:
             pages.send(*command)
         return pages.hand_over([pages.read() for _ in commands]).cut()
@@ -450,9 +456,13 @@ ENTRIES = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ENTRIES, st.booleans())
+@given(ENTRIES, st.booleans(), st.booleans())
 def test_any_entries_read_as_hiredis_reads_them(
-    redis_url: str, endpoint: RedisEndpoint, entries: list[list[tuple[bytes, bytes]]], uniform: bool
+    redis_url: str,
+    endpoint: RedisEndpoint,
+    entries: list[list[tuple[bytes, bytes]]],
+    uniform: bool,
+    any_layout: bool,
 ) -> None:
     if uniform:  # every entry with the first one's names: the column path
         names = [name for name, _ in entries[0]]
@@ -464,11 +474,125 @@ def test_any_entries_read_as_hiredis_reads_them(
         for fields in entries:
             client.execute_command("XADD", stream, "*", *[x for pair in fields for x in pair])
         command = ("XRANGE", stream, "-", "+", "COUNT", 5)
-        (parts,) = read_pages(endpoint, [command])
+        (parts,) = read_pages(endpoint, [command], any_layout=any_layout)
         assert entries_of(parts) == hiredis_of(raw_reply(redis_url, *command))
+        if any_layout:  # whatever the layouts: one page of names and values
+            assert [type(part) for part in parts] == [PairPage]
     finally:
         client.delete(stream)
         client.close()
+
+
+# --- any layouts: names and values (atlasbus.xrange_pairs, for format=raw) --------------------
+
+
+def publish_any_layouts(r: redis.Redis, stream: str, count: int) -> None:
+    """Entries whose fields differ from one to the next: names, order, count, repeated names."""
+    for index in range(count):
+        value = HOSTILE[index % len(HOSTILE)]
+        layouts = [
+            ["a", value, "b", str(index)],
+            ["b", str(index), "a", value],
+            ["k", value, "k", str(index)],
+            ["payload", value, "x" * (index % 3), "", "\r\n$1", value[::-1]],
+            [HOSTILE[5], value],  # a name that is not UTF-8
+        ]
+        r.execute_command("XADD", stream, "*", *layouts[index % len(layouts)])
+
+
+def pairs_arriving_byte_by_byte(data: bytes) -> PairPage:
+    """Walk ``data`` into names and values as if its bytes arrived one at a time: every cut
+    point must ask for more, never misread; then cut it."""
+    buffer = np.frombuffer(data, np.uint8)
+    walk = PairWalk()
+    for end in range(len(data)):
+        assert walk_pairs(buffer, end, walk) == MORE, end
+    assert walk_pairs(buffer, len(data), walk) == COMPLETE
+    assert walk.position == len(data)
+    return cut_pairs(buffer, [walk])
+
+
+def test_a_reply_of_any_layouts_arriving_byte_by_byte_is_one_page_equal_to_hiredis(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    publish_any_layouts(r, stream, 25)
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    page = pairs_arriving_byte_by_byte(data)
+    assert as_entries(page) == hiredis_of(data)
+    assert page.field_offsets.to_pylist()[:6] == [0, 2, 4, 6, 9, 10]
+
+
+def test_entries_of_many_fields_grow_the_pair_walks_notes_and_keep_them(
+    r: redis.Redis, redis_url: str, stream: str
+) -> None:
+    for count in (1, 40, 3, 300, 2):  # 8 fields an entry fit before the notes grow
+        r.xadd(stream, {f"f{field}": f"{count}.{field}" for field in range(count)})
+    data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
+    buffer = np.frombuffer(data, np.uint8)
+    walk = PairWalk()
+    assert walk_pairs(buffer, len(data), walk) == COMPLETE
+    page = cut_pairs(buffer, [walk])
+    assert page.field_offsets.to_pylist() == [0, 1, 41, 44, 344, 346]
+    assert as_entries(page) == hiredis_of(data)
+
+
+def test_an_empty_reply_is_an_empty_page_of_names_and_values(redis_url: str) -> None:
+    data = raw_reply(redis_url, "XRANGE", "no-such-stream", "-", "+")
+    page = pairs_arriving_byte_by_byte(data)
+    assert len(page) == 0 and page.field_offsets.to_pylist() == [0]
+    assert len(page.names) == len(page.values) == 0
+
+
+def test_what_is_not_an_array_of_entries_is_refused_by_the_pair_walk() -> None:
+    for data in (
+        b"-WRONGTYPE Operation against a key\r\n",
+        b":1\r\n",
+        b"*1\r\n:1\r\n",
+        b"*1\r\n*2\r\n$3\r\n1-0\r\n*1\r\n$1\r\na\r\n",  # a name without a value
+        b"*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$x\r\n",
+    ):
+        walk = PairWalk()
+        assert walk_pairs(np.frombuffer(data, np.uint8), len(data), walk) == NOT_XRANGE, data
+
+
+def test_pipelined_replies_of_any_layouts_are_cut_into_one_page_equal_to_hiredis(
+    r: redis.Redis, redis_url: str, endpoint: RedisEndpoint, stream: str
+) -> None:
+    publish_any_layouts(r, stream, 50)
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[i], ids[min(i + 9, 49)]) for i in range(0, 50, 10)]
+    commands.append(("XRANGE", stream, "(" + ids[-1].decode(), "+"))  # an empty reply, last
+    expected = hiredis_of(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
+    alone = read_pages(endpoint, commands, any_layout=True)
+    assert [[(type(part), len(part)) for part in parts] for parts in alone] == [
+        [(PairPage, 10)]
+    ] * 5 + [[]]
+    page = one_part(read_joined(endpoint, commands, any_layout=True))
+    assert isinstance(page, PairPage) and len(page) == 50
+    assert as_entries(page) == expected
+    counts = [len(fields) // 2 for _, fields in expected]
+    assert page.field_offsets.to_pylist() == np.concatenate([[0], np.cumsum(counts)]).tolist()
+
+
+def test_an_error_reply_after_pair_walked_replies_loses_none_of_them(
+    r: redis.Redis, redis_url: str, endpoint: RedisEndpoint, stream: str
+) -> None:
+    r.set(f"{stream}:string", "not a stream")
+    publish_any_layouts(r, stream, 4)
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    with raw_connection(endpoint) as connection:
+        pages = XrangePages(connection, any_layout=True)
+        pages.send("XRANGE", stream, ids[0], ids[1])
+        pages.send("XRANGE", f"{stream}:string", "-", "+")
+        pages.send("XRANGE", stream, ids[2], ids[3])
+        first = pages.read()
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            pages.read()
+        third = pages.read()  # parsed by hiredis from here on
+        parts = pages.hand_over([first, third]).cut()
+    assert [(type(part), len(part)) for part in parts] == [(PairPage, 2), (list, 2)]
+    assert entries_of(parts) == hiredis_of(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
+    r.delete(f"{stream}:string")
 
 
 def test_compiles_where_neither_the_module_nor_the_user_can_cache(tmp_path: Any) -> None:

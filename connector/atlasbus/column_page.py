@@ -1,4 +1,5 @@
-"""A page of stream entries cut into one binary column per field (``atlasbus.xrange_reply``).
+"""Pages of stream entries cut into binary columns: one per field (``atlasbus.xrange_reply``),
+or of names and values whatever the fields (``atlasbus.xrange_pairs``).
 
 Kept apart from the cutting, which compiles code with numba, so that code which only decodes
 pages (``atlasbus.decode``) does not load the compiler.
@@ -34,5 +35,33 @@ class ColumnPage:
             fields: list[bytes] = []
             for name, column in zip(self.names, values, strict=True):
                 fields += (name, column[row])
+            entries.append((entry_id, fields))
+        return entries
+
+
+@dataclass(frozen=True)
+class PairPage:
+    """A page of entries of any field layouts, as binary columns: ``names`` and ``values``
+    hold every entry's fields one entry after another, in the entries' order; entry ``i``'s
+    are those from ``field_offsets[i]`` to ``field_offsets[i + 1]`` (int32). No value is null.
+    """
+
+    ids: pa.Array
+    field_offsets: pa.Array
+    names: pa.Array
+    values: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def entries(self) -> list[tuple[bytes, list[bytes]]]:
+        """The page as hiredis would give it, [ID, [name, value, ...]] per entry: slow path."""
+        names, values = self.names.to_pylist(), self.values.to_pylist()
+        bounds = self.field_offsets.to_pylist()
+        entries = []
+        for row, entry_id in enumerate(self.ids.to_pylist()):
+            fields: list[bytes] = []
+            for field in range(bounds[row], bounds[row + 1]):
+                fields += (names[field], values[field])
             entries.append((entry_id, fields))
         return entries

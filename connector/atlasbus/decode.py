@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.json_objects import all_json_objects
 from atlasbus.raw_fields import raw_text, raw_text_array
 from atlasbus.reasons import (
@@ -191,16 +191,18 @@ def decode_envelope_page(
     return DecodedPage(pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA), errors.reasons)
 
 
-def decode_raw(page: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str) -> pa.RecordBatch:
+def decode_raw(
+    page: Sequence[RawEntry] | ColumnPage | PairPage, *, topic: str, stream: str
+) -> pa.RecordBatch:
     """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
     size = len(page)
-    if isinstance(page, ColumnPage):
+    if isinstance(page, ColumnPage | PairPage):
         from atlasbus.ascii_text import text_column  # see _map_column
-        from atlasbus.raw_field_column import raw_field_maps
+        from atlasbus.raw_field_column import raw_field_maps, raw_pair_maps
 
         ids = text_column(page.ids)
         timestamps = _timestamps_of(ids, page.ids)
-        fields = raw_field_maps(page)
+        fields = raw_field_maps(page) if isinstance(page, ColumnPage) else raw_pair_maps(page)
     else:
         ids = _id_array(page)
         timestamps = _timestamps_of(ids)

@@ -65,12 +65,16 @@ def load_executor_code() -> None:
     for module in _EXECUTOR_MODULES:
         importlib.import_module(module)
     from atlasbus.decode import decode_envelope_page, decode_raw
+    from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
     from atlasbus.xrange_reply import COMPLETE, Walk, cut_reply, walk_reply
 
     reply = _xrange_reply(_ENTRIES)
     buffer = np.frombuffer(bytearray(reply), np.uint8)
-    walk = Walk()
-    if walk_reply(buffer, len(reply), walk) != COMPLETE:
+    walk, pair_walk = Walk(), PairWalk()
+    if (
+        walk_reply(buffer, len(reply), walk) != COMPLETE
+        or walk_pairs(buffer, len(reply), pair_walk) != COMPLETE
+    ):
         raise RuntimeError("the preload's XRANGE reply did not walk to its end")
     page = cut_reply(buffer, walk)
     if page is None:
@@ -78,6 +82,7 @@ def load_executor_code() -> None:
     for entries in (page, page.entries()):
         decode_envelope_page(entries, topic=_TOPIC, stream=_STREAM, include_raw_fields=False)
         decode_raw(entries, topic=_TOPIC, stream=_STREAM)
+    decode_raw(cut_pairs(buffer, [pair_walk]), topic=_TOPIC, stream=_STREAM)
     _encode_two_rows()
 
 

@@ -1,12 +1,13 @@
-"""The column form of ``atlasbus.raw_fields``: a column page's entries as ``fields`` maps.
+"""The column form of ``atlasbus.raw_fields``: a page's entries as ``fields`` maps.
 
-A page cut into columns (``atlasbus.column_page``: every entry has the same fields, in the
-same order) becomes maps on the executor without a Python object per value. A column of
-valid UTF-8 with no backslash before an ``x`` is its own text, as ``raw_text`` says, and
-seeing that takes two compiled passes over its bytes; only a column holding such a backslash
-or a byte that is not UTF-8 goes value by value. One more compiled pass interleaves the
-columns into each entry's map, its fields in the entry's order. Value by value from
-hiredis's lists, ``format=raw`` cost the reader 8 µs an entry of 8 fields.
+A page cut into columns (``atlasbus.column_page``: a column per field, or columns of every
+entry's names and values) becomes maps on the executor without a Python object per value. A
+column of valid UTF-8 with no backslash before an ``x`` is its own text, as ``raw_text``
+says, and seeing that takes two compiled passes over its bytes; only a column holding such a
+backslash or a byte that is not UTF-8 goes value by value. A page of one column per field
+needs one more compiled pass, which interleaves the columns into each entry's map, its fields
+in the entry's order. Value by value from hiredis's lists, ``format=raw`` cost the reader 8 µs
+an entry of 8 fields.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.ascii_text import text_column
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.compiled import (
     NO_BITS,
     binary_column,
@@ -40,6 +41,16 @@ def raw_field_maps(page: ColumnPage) -> pa.MapArray:
     items = _interleaved([_raw_texts(page.columns[name]) for name in page.names], size)
     offsets = pa.array(np.arange(size + 1, dtype=np.int32) * width)
     return pa.MapArray.from_arrays(offsets, keys, items)
+
+
+def raw_pair_maps(page: PairPage) -> pa.MapArray:
+    """Each entry of ``page`` as a map of its field names to values, both as ``raw_text``.
+
+    Every name and value is already where the map wants it, entry after entry: the two
+    columns only need their text checked.
+    """
+    keys, items = _raw_texts(page.names), _raw_texts(page.values)
+    return pa.MapArray.from_arrays(page.field_offsets, keys, items)
 
 
 def _repeated_texts(texts: list[bytes], times: int) -> pa.Array:

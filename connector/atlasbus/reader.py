@@ -13,17 +13,17 @@ micro-batch adds nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import PairPage
 from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_while_reading, on_data_loss
-from atlasbus.decode import DecodedPage, RawEntry, decode_envelope_page, decode_raw
+from atlasbus.decode import DecodedPage, decode_envelope_page, decode_raw
 from atlasbus.gc_pause import cyclic_gc_paused
 from atlasbus.planning import ReadRange
 from atlasbus.read_ahead import read_ahead
@@ -32,7 +32,7 @@ from atlasbus.streams import StreamCatalog
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.xrange_pages import KeptReplies, Page
+    from atlasbus.xrange_pages import KeptReplies, Page, Part
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -101,7 +101,7 @@ def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[Kept
     ):
         from atlasbus.xrange_pages import XrangePages  # compiles or loads numba: executors only
 
-        pages = XrangePages(connection)
+        pages = XrangePages(connection, any_layout=options.format == "raw")
         pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
         awaiting_reply = True
         waiting: list[Page] = []  # replies not yet handed over
@@ -161,18 +161,23 @@ def _check_nothing_vanished(
         )
 
 
-def _page_decoder(
-    options: SourceOptions, read: ReadRange
-) -> Callable[[ColumnPage | Sequence[RawEntry]], DecodedPage]:
+def _page_decoder(options: SourceOptions, read: ReadRange) -> Callable[[Part], DecodedPage]:
     if options.format == "raw":
         raw = partial(decode_raw, topic=read.topic, stream=read.stream)
-        return lambda page: DecodedPage(raw(page), None)
-    return partial(
+        return lambda part: DecodedPage(raw(part), None)
+    envelopes = partial(
         decode_envelope_page,
         topic=read.topic,
         stream=read.stream,
         include_raw_fields=options.include_raw_fields,
     )
+
+    def decode(part: Part) -> DecodedPage:
+        if isinstance(part, PairPage):  # replies are walked into names and values for raw only
+            raise TypeError("envelopes are cut by field layout, not into names and values")
+        return envelopes(part)
+
+    return decode
 
 
 def _batch_finisher(

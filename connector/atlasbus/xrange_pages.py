@@ -8,7 +8,9 @@ on the thread that receives them) and cut together, each run of entries of one f
 in one gather (``KeptReplies.cut``, on the thread that decodes them). A reply is walked in a
 new walk where its entries' layout changes; the entries of a reply whose layout changes more
 than ``_MOST_LAYOUT_CHANGES`` times, or whose entries repeat a name, are parsed by hiredis
-from the same bytes. A reply that is not an array of entries (an error, say) is handed to
+from the same bytes. With ``any_layout`` (``format=raw``, which needs no column per field)
+replies are instead walked into columns of names and values whatever their entries' fields
+(``atlasbus.xrange_pairs``). A reply that is not an array of entries (an error, say) is handed to
 hiredis with everything after it, and so is every later reply on this connection.
 """
 
@@ -26,11 +28,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
+from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
 from atlasbus.xrange_reply import (
     LAYOUT_CHANGES,
     MORE,
     NOT_XRANGE,
+    ReplyWalk,
     Walk,
     cut_replies,
     walk_reply,
@@ -45,9 +49,9 @@ _MOST_LAYOUT_CHANGES = 8
 @dataclass(frozen=True)
 class WalkedReply:
     """A reply walked where it lies in an ``XrangePages``'s buffer, not yet cut into columns:
-    one walk per run of entries of one field layout, in order."""
+    one walk per run of entries of one field layout, in order, or one ``PairWalk``."""
 
-    walks: tuple[Walk, ...]
+    walks: tuple[ReplyWalk, ...]
     last_id: bytes  # the last entry's ID (the next page's exclusive start); b"" if none
 
     def __len__(self) -> int:
@@ -55,6 +59,9 @@ class WalkedReply:
 
 
 Page = WalkedReply | list[Any]
+Part = ColumnPage | PairPage | list[Any]
+# A run's key in ``KeptReplies.cut``: a walk's field names, or this for pair walks.
+_ANY_LAYOUT = "any layout"
 
 
 @dataclass(frozen=True)
@@ -68,35 +75,35 @@ class KeptReplies:
     def __len__(self) -> int:
         return sum(map(len, self.pages))
 
-    def cut(self) -> list[ColumnPage | list[Any]]:
+    def cut(self) -> list[Part]:
         """The replies in order, as parts to decode one by one: each run of entries of one
         field layout cut together into columns (one gather), whether it spans replies or is
-        a part of one, and any other entries as hiredis's entry lists (next to each other,
-        joined). The buffer goes back to its ``XrangePages`` after.
+        a part of one, pair walks next to each other cut together into one ``PairPage``, and
+        any other entries as hiredis's entry lists (next to each other, joined). The buffer
+        goes back to its ``XrangePages`` after.
 
         Runs, not the whole hand-over: one entry of another layout made every reply handed
         over with it entry lists, and one entry in 5,000 without an optional field made the
         reader 10 times as slow (``benchmarks/bench_layouts.py``).
         """
-        parts: list[ColumnPage | list[Any]] = []
-        run: list[Walk] = []
-        run_layout: list[bytes] | None = None
+        parts: list[Part] = []
+        run: list[ReplyWalk] = []
+        run_key: tuple[bytes, ...] | str | None = None
         for piece in self._pieces():
-            layout = self._layout(piece) if isinstance(piece, Walk) else None
-            if layout is None or not isinstance(piece, Walk):
+            if isinstance(piece, list) or (key := self._run_key(piece)) is None:
                 self._cut_run(run, parts)
-                run, run_layout = [], None
-                self._add_entries(self._parsed(piece) if isinstance(piece, Walk) else piece, parts)
+                run, run_key = [], None
+                self._add_entries(piece if isinstance(piece, list) else self._parsed(piece), parts)
                 continue
-            if layout != run_layout:
+            if key != run_key:
                 self._cut_run(run, parts)
-                run, run_layout = [], layout
+                run, run_key = [], key
             run.append(piece)
         self._cut_run(run, parts)
         self.release(self.buffer)
         return parts
 
-    def _pieces(self) -> Iterator[Walk | list[Any]]:
+    def _pieces(self) -> Iterator[ReplyWalk | list[Any]]:
         """The pages' walks with entries, and the pages hiredis read, in order."""
         for page in self.pages:
             if isinstance(page, WalkedReply):
@@ -104,25 +111,33 @@ class KeptReplies:
             elif page:
                 yield page
 
-    def _layout(self, walk: Walk) -> list[bytes] | None:
-        """The field names every entry of ``walk`` has, in order; None when they differ or a
-        name repeats."""
-        if not walk.uniform:
+    def _run_key(self, piece: ReplyWalk) -> tuple[bytes, ...] | str | None:
+        """What ``piece`` is cut together with: a pair walk with pair walks, a walk with
+        walks of the same field names; None for a walk hiredis parses (its entries' names
+        differ or repeat a name)."""
+        if isinstance(piece, PairWalk):
+            return _ANY_LAYOUT
+        if not isinstance(piece, Walk) or not piece.uniform:
             return None
-        names = walk.names(self.buffer)
-        return names if len(set(names)) == len(names) else None
+        names = piece.names(self.buffer)
+        return tuple(names) if len(set(names)) == len(names) else None
 
-    def _cut_run(self, walks: list[Walk], parts: list[ColumnPage | list[Any]]) -> None:
-        if not walks:
+    def _cut_run(self, walks: list[ReplyWalk], parts: list[Part]) -> None:
+        """Cut a run (walks of one key, ``_run_key``) into one part."""
+        pair_walks = [walk for walk in walks if isinstance(walk, PairWalk)]
+        if pair_walks:
+            parts.append(cut_pairs(self.buffer, pair_walks))
+        layout_walks = [walk for walk in walks if isinstance(walk, Walk)]
+        if not layout_walks:
             return
-        cut = cut_replies(self.buffer, walks)
+        cut = cut_replies(self.buffer, layout_walks)
         if cut is None:  # cannot happen for one layout; read the replies as hiredis does then
-            for walk in walks:
+            for walk in layout_walks:
                 self._add_entries(self._parsed(walk), parts)
         else:
             parts.append(cut)
 
-    def _parsed(self, walk: Walk) -> list[Any]:
+    def _parsed(self, walk: ReplyWalk) -> list[Any]:
         """The walk's entries as hiredis parses their bytes (under an array header of its own:
         the walk may be a part of its reply)."""
         one = _hiredis_reader()
@@ -132,7 +147,7 @@ class KeptReplies:
         return entries
 
     @staticmethod
-    def _add_entries(entries: list[Any], parts: list[ColumnPage | list[Any]]) -> None:
+    def _add_entries(entries: list[Any], parts: list[Part]) -> None:
         if parts and isinstance(parts[-1], list):
             parts[-1] = parts[-1] + entries
         else:
@@ -146,11 +161,13 @@ class XrangePages:
     sent before any of it is cut), as a ``WalkedReply`` or, once a reply was not an array of
     entries, as hiredis's list of [ID, [name, value, ...]] items. ``hand_over`` gives the
     replies read since the last hand-over, in their buffer, and goes on in a spare one. The
-    connection must have no unread reply when this starts.
+    connection must have no unread reply when this starts. With ``any_layout`` replies are
+    walked into names and values (``PairWalk``), never split by layout nor left to hiredis.
     """
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Any, *, any_layout: bool = False) -> None:
         self._connection = connection
+        self._any_layout = any_layout
         self._buffer = np.empty(_FIRST_BUFFER, np.uint8)
         self._filled = 0
         self._kept = 0  # the replies read since the last hand-over lie in buffer[:kept]
@@ -166,17 +183,8 @@ class XrangePages:
         """The next reply, once its last byte is walked; an error reply raises redis-py's error."""
         if self._hiredis is not None:
             return self._read_with_hiredis()
-        walks = [Walk(self._kept)]
-        while True:
-            may_split = len(walks) <= _MOST_LAYOUT_CHANGES
-            status = walk_reply(self._buffer, self._filled, walks[-1], may_split=may_split)
-            if status == MORE:
-                self._receive()
-            elif status == LAYOUT_CHANGES:
-                walks.append(walks[-1].rest())
-            else:
-                break
-        if status == NOT_XRANGE:
+        walks = self._walk_pairs() if self._any_layout else self._walk_runs()
+        if walks is None:
             self._hiredis = _hiredis_reader()
             return self._read_with_hiredis()
         walk = walks[-1]
@@ -187,6 +195,27 @@ class XrangePages:
             start = id_start[walk.entries - 1]
             last_id = self._buffer[start : start + id_length[walk.entries - 1]].tobytes()
         return WalkedReply(tuple(walks), last_id)
+
+    def _walk_runs(self) -> list[ReplyWalk] | None:
+        """The next reply's walks, one per run of one field layout; None if not an array of
+        entries."""
+        walks = [Walk(self._kept)]
+        while True:
+            may_split = len(walks) <= _MOST_LAYOUT_CHANGES
+            status = walk_reply(self._buffer, self._filled, walks[-1], may_split=may_split)
+            if status == MORE:
+                self._receive()
+            elif status == LAYOUT_CHANGES:
+                walks.append(walks[-1].rest())
+            else:
+                return None if status == NOT_XRANGE else list(walks)
+
+    def _walk_pairs(self) -> list[ReplyWalk] | None:
+        """The next reply's walk into names and values; None if not an array of entries."""
+        walk = PairWalk(self._kept)
+        while (status := walk_pairs(self._buffer, self._filled, walk)) == MORE:
+            self._receive()
+        return None if status == NOT_XRANGE else [walk]
 
     @staticmethod
     def last_id(page: Page) -> bytes:

@@ -101,7 +101,7 @@ def _short_length(buf: int, pos: int) -> tuple[int, int]:
 
 
 @inlined
-def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
+def bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
     """A bulk string at ``pos``: (status, its start, its length)."""
     if pos >= end:
         return MORE, 0, 0
@@ -121,6 +121,34 @@ def _bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
     if byte_at(buf, start + length) != _CR:
         return NOT_XRANGE, 0, 0
     return COMPLETE, start, length
+
+
+@inlined
+def entry_head(address: int, pos: int, end: int) -> tuple[int, int, int, int, int]:
+    """The head of the entry at ``pos``, ``*2``, its ID and its field list's header: (status,
+    the ID's start, its length, the entry's field count, the position of its first name)."""
+    if pos + 4 > end:
+        return MORE, 0, 0, 0, 0
+    if (
+        byte_at(address, pos) != _ASTERISK
+        or byte_at(address, pos + 1) != 50
+        or byte_at(address, pos + 2) != _CR
+    ):  # "*2\r\n"
+        return NOT_XRANGE, 0, 0, 0, 0
+    status, start, length = bulk(address, pos + 4, end)
+    if status != COMPLETE:
+        return status, 0, 0, 0, 0
+    at = start + length + 2
+    if at >= end:
+        return MORE, 0, 0, 0, 0
+    if byte_at(address, at) != _ASTERISK:
+        return NOT_XRANGE, 0, 0, 0, 0
+    count, at = _decimal(address, at + 1, end)
+    if at == -1:
+        return MORE, 0, 0, 0, 0
+    if at < 0 or count < 0 or count % 2:
+        return NOT_XRANGE, 0, 0, 0, 0
+    return COMPLETE, start, length, count // 2, at
 
 
 # A walk's ``width`` before its first entry is walked, and once an entry's names differ from
@@ -158,29 +186,9 @@ def _walk(
     entries = id_start.shape[0]
     capacity = value_start.shape[0]
     while entry < entries:
-        at = pos
-        if at + 4 > end:
-            return MORE, pos, entry, values, width
-        if (
-            byte_at(address, at) != _ASTERISK
-            or byte_at(address, at + 1) != 50
-            or byte_at(address, at + 2) != _CR
-        ):  # "*2\r\n"
-            return NOT_XRANGE, pos, entry, values, width
-        status, start, length = _bulk(address, at + 4, end)
+        status, start, length, names, at = entry_head(address, pos, end)
         if status != COMPLETE:
             return status, pos, entry, values, width
-        at = start + length + 2
-        if at >= end:
-            return MORE, pos, entry, values, width
-        if byte_at(address, at) != _ASTERISK:
-            return NOT_XRANGE, pos, entry, values, width
-        count, at = _decimal(address, at + 1, end)
-        if at == -1:
-            return MORE, pos, entry, values, width
-        if at < 0 or count < 0 or count % 2:
-            return NOT_XRANGE, pos, entry, values, width
-        names = count // 2
         entry_width = width
         if entry_width == _NO_ENTRY_YET:
             if names > name_start.shape[0]:
@@ -193,11 +201,11 @@ def _walk(
         if entry_width != _MIXED and values + names > capacity:
             return FULL, pos, entry, values, width
         for name in range(names):
-            status, name_at, name_size = _bulk(address, at, end)
+            status, name_at, name_size = bulk(address, at, end)
             if status != COMPLETE:
                 return status, pos, entry, values, width
             at = name_at + name_size + 2
-            status, value_at, value_size = _bulk(address, at, end)
+            status, value_at, value_size = bulk(address, at, end)
             if status != COMPLETE:
                 return status, pos, entry, values, width
             at = value_at + value_size + 2
@@ -284,10 +292,11 @@ def _gather(
     return offsets, data, bounds
 
 
-class Walk:
+class ReplyWalk:
     """One reply's walk: where it stopped (to resume when more bytes arrive) and what it noted.
 
     ``begin`` is where the reply starts in the buffer; every position noted is the buffer's.
+    ``places`` begins with the IDs' starts and lengths.
     """
 
     def __init__(self, begin: int = 0) -> None:
@@ -295,25 +304,54 @@ class Walk:
         self.entries = -1  # from the reply's header; -1 until the header is read
         self.position = begin
         self.walked = 0
-        self.values = 0
-        self.width = _NO_ENTRY_YET  # names an entry, once the first entry is walked
         self.first_entry = begin  # where the first entry starts, after any array header
-        # ID starts and lengths, value starts and lengths, the first entry's name starts and
-        # lengths (as walked)
         self.places: tuple[np.ndarray, ...] = ()
 
     def start(self, entries: int, position: int) -> None:
+        """The reply's header is read: ``entries`` follow from ``position``."""
         self.entries, self.position, self.first_entry = entries, position, position
+
+    def header_read(self, buf: np.ndarray, end: int) -> int:
+        """COMPLETE once the reply's array header is read (``start`` called), else MORE or
+        NOT_XRANGE."""
+        if self.entries >= 0:
+            return COMPLETE
+        if end <= self.begin:
+            return MORE
+        if buf[self.begin] != _ASTERISK:
+            return NOT_XRANGE
+        entries, position = _number(buf.ctypes.data, self.begin + 1, end)
+        if position == -1:
+            return MORE
+        if position < 0 or entries < 0:
+            return NOT_XRANGE
+        self.start(entries, position)
+        return COMPLETE
+
+
+class Walk(ReplyWalk):
+    """A walk of entries of one field layout, noting each value where it lies (to cut one
+    column per field)."""
+
+    def __init__(self, begin: int = 0) -> None:
+        super().__init__(begin)
+        self.values = 0
+        self.width = _NO_ENTRY_YET  # names an entry, once the first entry is walked
+
+    def start(self, entries: int, position: int) -> None:
+        super().start(entries, position)
         ids = np.empty((2, entries), np.int64)
         values = np.empty((2, 8 * entries), np.int64)  # 8 fields an entry before growing
         names = np.empty((2, 16), np.int64)
+        # ID starts and lengths, value starts and lengths, the first entry's name starts and
+        # lengths (as walked)
         self.places = (*ids, *values, *names)
 
     def grow(self) -> None:
         """Room for more values and more names, keeping those noted (``_walk`` said FULL)."""
         id_start, id_length = self.places[:2]
-        values = _grown(self.places[2:4], self.values, 2 * len(self.places[2]) + 16)
-        names = _grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
+        values = grown(self.places[2:4], self.values, 2 * len(self.places[2]) + 16)
+        names = grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
         self.places = (id_start, id_length, *values, *names)
 
     def rest(self) -> Walk:
@@ -339,12 +377,12 @@ class Walk:
         ]
 
 
-def _grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
+def grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
     """``arrays`` (starts, lengths) as rows of ``size`` elements, their first ``kept`` kept."""
-    grown = np.empty((len(arrays), size), np.int64)
+    larger = np.empty((len(arrays), size), np.int64)
     for row, array in enumerate(arrays):
-        grown[row, :kept] = array[:kept]
-    return grown
+        larger[row, :kept] = array[:kept]
+    return larger
 
 
 def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False) -> int:
@@ -353,17 +391,8 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
-    if walk.entries < 0:
-        if end <= walk.begin:
-            return MORE
-        if buf[walk.begin] != _ASTERISK:
-            return NOT_XRANGE
-        entries, position = _number(buf.ctypes.data, walk.begin + 1, end)
-        if position == -1:
-            return MORE
-        if position < 0 or entries < 0:
-            return NOT_XRANGE
-        walk.start(entries, position)
+    if (header := walk.header_read(buf, end)) != COMPLETE:
+        return header
     while True:
         status, walk.position, walk.walked, walk.values, walk.width = _walk(
             buf, end, walk.position, walk.walked, walk.values, walk.width, may_split, *walk.places
