@@ -3,9 +3,9 @@
     python benchmarks/bench_layouts.py [--rows 200000] [--every 5000] [--repeat 3] [--label L]
 
 Publishers omit optional fields now and then, and streams read with ``format=raw`` may hold
-whatever their producers write. Entries of one field layout are cut into a column per field;
-a reply's run of another layout is cut on its own, and a reply whose layout changes often goes
-to hiredis (``format=envelope``); ``format=raw`` walks any layout into names and values. This
+whatever their producers write. A reply whose entries share one field layout is cut into a
+column per field; any other reply is cut into names and values, from which the envelope
+decoder picks its fields by name; ``format=raw`` cuts every reply into names and values. This
 measures what that costs the core reader, without Spark, on one private redis-server holding
 three streams of --rows envelopes (bench_source.py's): one where every entry has all 8 fields
 ("uniform"), one where one entry in --every lacks ``correlation_id`` ("mixed"), and one where

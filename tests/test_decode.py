@@ -20,7 +20,7 @@ from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_entry
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import column_page_of, publish, raw_fields_of_pages
+from helpers import column_page_of, pair_page_of, publish, raw_fields_of_pages
 
 TRACINGS = [
     {"trace_id": "a"},
@@ -331,6 +331,52 @@ def test_original_text_restores_what_fields_escaped() -> None:
         assert original_text(raw_text(value)) == value.decode()
     assert original_text(raw_text(b"\xe9")) == "\\xe9"  # not UTF-8: stays escaped
     assert original_text(None) is None
+
+
+def test_envelopes_of_any_layouts_decode_from_names_and_values_as_from_their_lists() -> None:
+    """A reply whose layout changes is cut into names and values; each field is picked by
+    name, absent from some entries, in any order, repeated (the last value counts)."""
+    good = [
+        (b"priority", b"3"),
+        (b"payload", b'{"n": 1}'),
+        (b"correlation_id", b"c-1"),
+        (b"enqueued_time", b"1.5"),
+    ]
+
+    def entry(seq: int, pairs: list[tuple[bytes, bytes]]) -> list[object]:
+        return [f"1-{seq}".encode(), [x for pair in pairs for x in pair]]
+
+    entries = [
+        entry(0, good),
+        entry(1, good[::-1]),
+        entry(2, [good[0], (b"payload", b'{"n": 2}'), good[3]]),  # no correlation_id
+        entry(3, [(b"payload", b"[]"), *good[:1], (b"payload", b'{"n": 3}'), good[3]]),
+        entry(4, [good[0], good[2], good[3]]),  # no payload: an error row
+        entry(5, [(b"tracing", b'{"t": "1"}'), *good, (b"extra", b"x")]),
+    ]
+    pairs = pair_page_of(entries)
+    for include_raw_fields in (False, True):
+        decoded = decode_envelope_page(
+            pairs, topic="t", stream="s:t", include_raw_fields=include_raw_fields
+        )
+        from_lists = decode_envelope_page(
+            entries, topic="t", stream="s:t", include_raw_fields=include_raw_fields
+        )
+        decoded.batch.validate(full=True)
+        assert decoded.batch.to_pylist() == from_lists.batch.to_pylist()
+        assert decoded.reasons == from_lists.reasons
+    rows = decoded.batch.to_pylist()
+    assert [row["payload"] for row in rows] == [
+        '{"n": 1}',
+        '{"n": 1}',
+        '{"n": 2}',
+        '{"n": 3}',
+        None,
+        '{"n": 1}',
+    ]
+    assert [row["correlation_id"] for row in rows] == ["c-1", "c-1", None, None, None, "c-1"]
+    assert [row["error"] for row in rows] == [None] * 4 + ["missing field 'payload'", None]
+    assert rows[5]["tracing"] == [("t", "1")]
 
 
 # --- format=raw ------------------------------------------------------------------------------

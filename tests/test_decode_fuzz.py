@@ -21,14 +21,14 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from atlasbus.column_page import ColumnPage
+from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.decode import decode_envelope_page
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import column_page_of, raw_fields_of_pages
+from helpers import column_page_of, pair_page_of, raw_fields_of_pages
 
 WIRE = (
     b"topic",
@@ -356,7 +356,7 @@ def uniform_pages(draw: st.DrawFn) -> list[Case]:
 
 
 def decode(
-    entries: list[Any] | ColumnPage, include_raw_fields: bool, *, convert: bool = False
+    entries: list[Any] | ColumnPage | PairPage, include_raw_fields: bool, *, convert: bool = False
 ) -> tuple[list[dict[str, Any]], Any]:
     page = decode_envelope_page(
         entries, topic="t", stream="s:t", include_raw_fields=include_raw_fields
@@ -395,6 +395,8 @@ def test_every_entry_decodes_as_it_does_alone(cases: list[Case]) -> None:
         rows, reasons = decode(entries, include_raw_fields, convert=True)
         if columns is not None:  # cut into columns, the page decodes the same
             assert decode(columns, include_raw_fields) == (rows, reasons)
+        # cut into names and values, whatever its layouts, too
+        assert decode(pair_page_of(entries), include_raw_fields, convert=True) == (rows, reasons)
         assert len(rows) == len(cases)
         for index, case in enumerate(cases):
             alone, alone_reasons = decode([case.raw], include_raw_fields)

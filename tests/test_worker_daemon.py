@@ -112,12 +112,13 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     assert report["errors"] == 2
     # the ASCII check, the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
     # the integers' and the seconds' readers, the raw fields' escape check and interleaving, the
-    # walk into names and values and its gather
+    # walk into names and values, its gather and the fields picked from it by name
     assert report["compiled"] == [
         "atlasbus.ascii_text._all_ascii",
         "atlasbus.flat_json_maps._flat_maps",
         "atlasbus.id_times._id_micros",
         "atlasbus.json_object_column._all_objects",
+        "atlasbus.pair_fields._last_places",
         "atlasbus.plain_numbers._read_int32",
         "atlasbus.plain_numbers._read_micros",
         "atlasbus.raw_field_column._has_escape_text",

@@ -129,7 +129,7 @@ def test_a_uniform_page_becomes_columns_equal_to_hiredis(
     assert as_entries(page) == hiredis_of(data)
 
 
-def test_pages_whose_layouts_differ_are_left_to_hiredis(
+def test_pages_whose_layouts_differ_are_not_cut_into_a_column_per_field(
     r: redis.Redis, redis_url: str, stream: str
 ) -> None:
     r.xadd(stream, {"a": "1", "b": "2"})
@@ -150,25 +150,24 @@ def test_pages_whose_layouts_differ_are_left_to_hiredis(
     assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
 
 
-def test_a_reply_walked_with_splits_byte_by_byte_is_cut_where_its_layout_changes(
+def test_a_walk_that_may_split_stops_where_the_layout_changes_however_the_bytes_arrive(
     r: redis.Redis, redis_url: str, stream: str
 ) -> None:
-    """Each cut point of the bytes asks for more, never misreads, and every walk of the reply
-    is one layout's run, cut into columns that hold exactly hiredis's entries."""
-    layouts = [{"a": "1", "b": "2"}] * 3 + [{"b": "2", "a": "1"}, {"a": "1"}] + [{"a": "x"}] * 2
+    """Each cut point of the bytes before the fourth entry's names asks for more, never
+    misreads; then the walk stops at the fourth entry's start, its names in another order."""
+    layouts = [{"a": "1", "b": "2"}] * 3 + [{"b": "2", "a": "1"}, {"a": "1"}]
     for index, fields in enumerate(layouts):
         r.xadd(stream, {name: f"{value}{index}" for name, value in fields.items()})
     data = raw_reply(redis_url, "XRANGE", stream, "-", "+")
     buffer = np.frombuffer(data, np.uint8)
-    walks = [Walk()]
-    for end in [*range(len(data)), len(data)]:
-        while (status := walk_reply(buffer, end, walks[-1], may_split=True)) == LAYOUT_CHANGES:
-            walks.append(walks[-1].rest())
-        assert status == (COMPLETE if end == len(data) else MORE), end
-    assert walks[-1].position == len(data)
-    pages = [cut_reply(buffer, walk) for walk in walks]
-    assert [len(page) if page else None for page in pages] == [3, 1, 3]
-    assert [entry for page in pages if page for entry in as_entries(page)] == hiredis_of(data)
+    walk = Walk()
+    ends = iter(range(len(data) + 1))
+    while (status := walk_reply(buffer, next(ends), walk, may_split=True)) == MORE:
+        pass
+    assert status == LAYOUT_CHANGES
+    assert walk.walked == 3
+    fourth_id = hiredis_of(data)[3][0]
+    assert walk.position == data.index(b"*2\r\n$%d\r\n%s" % (len(fourth_id), fourth_id))
 
 
 def test_names_differing_in_any_one_byte_are_seen(
@@ -323,34 +322,48 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
         for page in (r.xrange(stream, c[2], c[3]) for c in commands)
     ]
     assert [entries_of(parts) for parts in pages] == expected
-    # A page is cut where its entries' layout changes: every part columns.
-    assert [[len(part) for part in parts] for parts in pages] == [
-        [5, 1, 4],
-        [10],
-        [2, 1, 7],
-        [9, 1],
-        [10],
+    # A page whose entries' layout changes is cut into names and values, whole.
+    assert [[(type(part), len(part)) for part in parts] for parts in pages] == [
+        [(PairPage, 10)],
+        [(ColumnPage, 10)],
+        [(PairPage, 10)],
+        [(PairPage, 10)],
+        [(ColumnPage, 10)],
     ]
-    assert all(isinstance(part, ColumnPage) for parts in pages for part in parts)
-    # Cut together: each run of one layout is one part, across pages too.
+    # Cut together: each run of pages cut the same way is one part.
     parts = read_joined(endpoint, commands)
-    assert [len(part) for part in parts] == [5, 1, 16, 1, 16, 1, 10]
-    assert all(isinstance(part, ColumnPage) for part in parts)
+    assert [(type(part), len(part)) for part in parts] == [
+        (PairPage, 10),
+        (ColumnPage, 10),
+        (PairPage, 20),
+        (ColumnPage, 10),
+    ]
     assert entries_of(parts) == [e for page in expected for e in page]
 
 
-def test_a_layout_that_changes_at_every_entry_is_left_to_hiredis_after_a_few_changes(
+def test_a_layout_that_changes_at_every_entry_is_one_page_of_names_and_values(
     r: redis.Redis, redis_url: str, endpoint: RedisEndpoint, stream: str
 ) -> None:
     for index in range(30):
         r.xadd(stream, {"a" if index % 2 else "b": str(index)})
-    r.xadd(stream, {"k": "1"})  # a repeated name: never columns
-    r.execute_command("XADD", stream, "*", "k", "1", "k", "2")
+    r.xadd(stream, {"k": "1"})
+    r.execute_command("XADD", stream, "*", "k", "1", "k", "2")  # a repeated name
     expected = hiredis_of(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
     (parts,) = read_pages(endpoint, [("XRANGE", stream, "-", "+")])
     assert entries_of(parts) == expected
-    # 9 walks of one entry each, cut into columns; the other 23 entries read by hiredis
-    assert [(type(part), len(part)) for part in parts] == [(ColumnPage, 1)] * 8 + [(list, 24)]
+    assert [(type(part), len(part)) for part in parts] == [(PairPage, 32)]
+
+
+def test_pages_of_one_layout_that_repeat_a_name_are_cut_into_names_and_values(
+    r: redis.Redis, redis_url: str, endpoint: RedisEndpoint, stream: str
+) -> None:
+    for index in range(6):
+        r.execute_command("XADD", stream, "*", "k", str(index), "v", "x", "k", "last")
+    ids = [entry_id for entry_id, _ in r.xrange(stream)]
+    commands = [("XRANGE", stream, ids[0], ids[2]), ("XRANGE", stream, ids[3], ids[5])]
+    parts = read_joined(endpoint, commands)
+    assert [(type(part), len(part)) for part in parts] == [(PairPage, 6)]
+    assert entries_of(parts) == hiredis_of(raw_reply(redis_url, "XRANGE", stream, "-", "+"))
 
 
 def test_replies_cut_together_are_one_page_of_columns_equal_to_redis_py(

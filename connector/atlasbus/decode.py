@@ -51,6 +51,16 @@ RawEntry = Sequence[Any]
 # ``atlasbus.xrange_reply`` a binary Arrow array. Column code takes either.
 Values: TypeAlias = list[bytes | None] | pa.Array
 
+# The fields the decoder reads.
+_DECODED_FIELDS = (
+    wire.PAYLOAD,
+    wire.PRIORITY,
+    wire.DELIVERY_ATTEMPTS,
+    wire.CORRELATION_ID,
+    wire.TRACING,
+    wire.METADATA,
+    wire.ENQUEUED_TIME,
+)
 _EMPTY_OBJECT = b"{}"
 # orjson.loads typed for any input: a None among the values raises TypeError, which the
 # callers catch to fall back to the per-row path.
@@ -109,8 +119,13 @@ class DecodedPage:
     reasons: list[str | None] | None
 
 
+# What ``atlasbus.xrange_reply`` and ``atlasbus.xrange_pairs`` cut a reply into, or hiredis's
+# reply items.
+AnyPage: TypeAlias = Sequence[RawEntry] | ColumnPage | PairPage
+
+
 def decode_envelopes(
-    entries: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str, include_raw_fields: bool
+    entries: AnyPage, *, topic: str, stream: str, include_raw_fields: bool
 ) -> pa.RecordBatch:
     """Decode bus envelopes; malformed entries become error rows carrying their raw fields."""
     return decode_envelope_page(
@@ -119,26 +134,30 @@ def decode_envelopes(
 
 
 def decode_envelope_page(
-    entries: Sequence[RawEntry] | ColumnPage, *, topic: str, stream: str, include_raw_fields: bool
+    entries: AnyPage, *, topic: str, stream: str, include_raw_fields: bool
 ) -> DecodedPage:
     """``decode_envelopes`` plus each malformed row's reason code (one of ``REASONS``).
 
-    ``entries`` are hiredis's reply items, or a page already cut into columns; both decode
-    to the same rows.
+    ``entries`` are hiredis's reply items, or a page already cut into columns (a column per
+    field, or names and values); all decode to the same rows.
     """
     size = len(entries)
     columns: dict[bytes, Values]
-    if isinstance(entries, ColumnPage):
+    if isinstance(entries, ColumnPage | PairPage):
         page = entries
-        columns = dict(page.columns)
         from atlasbus.ascii_text import text_column  # see _map_column
+        from atlasbus.raw_field_column import raw_field_maps, raw_pair_maps
 
         ids = text_column(page.ids)
+        if isinstance(page, ColumnPage):
+            columns = dict(page.columns)
+        else:
+            from atlasbus.pair_fields import field_columns
+
+            columns = field_columns(page, _DECODED_FIELDS)
 
         def raw_fields(only: list[bool] | None) -> pa.Array:
-            from atlasbus.raw_field_column import raw_field_maps
-
-            maps = raw_field_maps(page)
+            maps = raw_field_maps(page) if isinstance(page, ColumnPage) else raw_pair_maps(page)
             if only is None:
                 return maps
             return pc.if_else(pa.array(only, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
@@ -183,7 +202,7 @@ def decode_envelope_page(
         _repeat(topic, size),
         _repeat(stream, size),
         ids,
-        _timestamps_of(ids, page.ids if isinstance(entries, ColumnPage) else None),
+        _timestamps_of(ids, entries.ids if isinstance(entries, ColumnPage | PairPage) else None),
         *envelope,
         error_column,
         fields,
@@ -191,9 +210,7 @@ def decode_envelope_page(
     return DecodedPage(pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA), errors.reasons)
 
 
-def decode_raw(
-    page: Sequence[RawEntry] | ColumnPage | PairPage, *, topic: str, stream: str
-) -> pa.RecordBatch:
+def decode_raw(page: AnyPage, *, topic: str, stream: str) -> pa.RecordBatch:
     """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
     size = len(page)
     if isinstance(page, ColumnPage | PairPage):

@@ -82,7 +82,9 @@ def load_executor_code() -> None:
     for entries in (page, page.entries()):
         decode_envelope_page(entries, topic=_TOPIC, stream=_STREAM, include_raw_fields=False)
         decode_raw(entries, topic=_TOPIC, stream=_STREAM)
-    decode_raw(cut_pairs(buffer, [pair_walk]), topic=_TOPIC, stream=_STREAM)
+    pairs = cut_pairs(buffer, [pair_walk])
+    decode_envelope_page(pairs, topic=_TOPIC, stream=_STREAM, include_raw_fields=False)
+    decode_raw(pairs, topic=_TOPIC, stream=_STREAM)
     _encode_two_rows()
 
 

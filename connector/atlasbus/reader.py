@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from atlasbus.column_page import PairPage
 from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, decode_envelope_page, decode_raw
@@ -165,19 +164,12 @@ def _page_decoder(options: SourceOptions, read: ReadRange) -> Callable[[Part], D
     if options.format == "raw":
         raw = partial(decode_raw, topic=read.topic, stream=read.stream)
         return lambda part: DecodedPage(raw(part), None)
-    envelopes = partial(
+    return partial(
         decode_envelope_page,
         topic=read.topic,
         stream=read.stream,
         include_raw_fields=options.include_raw_fields,
     )
-
-    def decode(part: Part) -> DecodedPage:
-        if isinstance(part, PairPage):  # replies are walked into names and values for raw only
-            raise TypeError("envelopes are cut by field layout, not into names and values")
-        return envelopes(part)
-
-    return decode
 
 
 def _batch_finisher(

@@ -1,17 +1,16 @@
 """XRANGE replies read raw off a redis-py connection's socket, cut into columns (executor).
 
 redis-py sends the command (and has done the connection's handshake, TLS and AUTH included);
-the reply's bytes are then taken off the socket here and cut by ``atlasbus.xrange_reply``
-without building a Python object per value. A reply is walked as its bytes arrive and kept in
-the buffer; the replies of a micro-batch's part are handed over in that buffer (``hand_over``,
-on the thread that receives them) and cut together, each run of entries of one field layout
-in one gather (``KeptReplies.cut``, on the thread that decodes them). A reply is walked in a
-new walk where its entries' layout changes; the entries of a reply whose layout changes more
-than ``_MOST_LAYOUT_CHANGES`` times, or whose entries repeat a name, are parsed by hiredis
-from the same bytes. With ``any_layout`` (``format=raw``, which needs no column per field)
-replies are instead walked into columns of names and values whatever their entries' fields
-(``atlasbus.xrange_pairs``). A reply that is not an array of entries (an error, say) is handed to
-hiredis with everything after it, and so is every later reply on this connection.
+the reply's bytes are then taken off the socket here and cut without building a Python
+object per value. A reply is walked as its bytes arrive and kept in the buffer; the replies
+of a micro-batch's part are handed over in that buffer (``hand_over``, on the thread that
+receives them) and cut together (``KeptReplies.cut``, on the thread that decodes them):
+replies whose entries all have one field layout into a column per field
+(``atlasbus.xrange_reply``), each run of replies of one layout in one gather, and any other
+reply into columns of names and values (``atlasbus.xrange_pairs``). With ``any_layout``
+(``format=raw``, which needs no column per field) every reply is cut into names and values.
+A reply that is not an array of entries (an error, say) is handed to hiredis with everything
+after it, and so is every later reply on this connection.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
 from atlasbus.xrange_reply import (
+    COMPLETE,
     LAYOUT_CHANGES,
     MORE,
     NOT_XRANGE,
@@ -41,21 +41,18 @@ from atlasbus.xrange_reply import (
 )
 
 _FIRST_BUFFER = 1 << 20  # a page of 1,000 envelopes of 500 bytes; grown to hold a batch's
-# A reply is walked in a new walk where its entries' field layout changes, this many times at
-# most; the rest of a reply whose layout changes more often is left to hiredis.
-_MOST_LAYOUT_CHANGES = 8
 
 
 @dataclass(frozen=True)
 class WalkedReply:
     """A reply walked where it lies in an ``XrangePages``'s buffer, not yet cut into columns:
-    one walk per run of entries of one field layout, in order, or one ``PairWalk``."""
+    by field layout (a ``Walk``) or into names and values (a ``PairWalk``)."""
 
-    walks: tuple[ReplyWalk, ...]
+    walk: ReplyWalk
     last_id: bytes  # the last entry's ID (the next page's exclusive start); b"" if none
 
     def __len__(self) -> int:
-        return sum(walk.entries for walk in self.walks)
+        return self.walk.entries
 
 
 Page = WalkedReply | list[Any]
@@ -76,11 +73,10 @@ class KeptReplies:
         return sum(map(len, self.pages))
 
     def cut(self) -> list[Part]:
-        """The replies in order, as parts to decode one by one: each run of entries of one
-        field layout cut together into columns (one gather), whether it spans replies or is
-        a part of one, pair walks next to each other cut together into one ``PairPage``, and
-        any other entries as hiredis's entry lists (next to each other, joined). The buffer
-        goes back to its ``XrangePages`` after.
+        """The replies in order, as parts to decode one by one: each run of replies of one
+        field layout cut together into columns (one gather), each run of the other replies
+        cut together into names and values, and the replies hiredis read as its entry lists
+        (next to each other, joined). The buffer goes back to its ``XrangePages`` after.
 
         Runs, not the whole hand-over: one entry of another layout made every reply handed
         over with it entry lists, and one entry in 5,000 without an optional field made the
@@ -88,13 +84,14 @@ class KeptReplies:
         """
         parts: list[Part] = []
         run: list[ReplyWalk] = []
-        run_key: tuple[bytes, ...] | str | None = None
+        run_key: tuple[bytes, ...] | str | None = None  # what the run's walks share
         for piece in self._pieces():
-            if isinstance(piece, list) or (key := self._run_key(piece)) is None:
+            if isinstance(piece, list):
                 self._cut_run(run, parts)
                 run, run_key = [], None
-                self._add_entries(piece if isinstance(piece, list) else self._parsed(piece), parts)
+                self._add_entries(piece, parts)
                 continue
+            piece, key = self._keyed(piece)
             if key != run_key:
                 self._cut_run(run, parts)
                 run, run_key = [], key
@@ -107,23 +104,32 @@ class KeptReplies:
         """The pages' walks with entries, and the pages hiredis read, in order."""
         for page in self.pages:
             if isinstance(page, WalkedReply):
-                yield from (walk for walk in page.walks if walk.entries)
+                if page.walk.entries:
+                    yield page.walk
             elif page:
                 yield page
 
-    def _run_key(self, piece: ReplyWalk) -> tuple[bytes, ...] | str | None:
-        """What ``piece`` is cut together with: a pair walk with pair walks, a walk with
-        walks of the same field names; None for a walk hiredis parses (its entries' names
-        differ or repeat a name)."""
-        if isinstance(piece, PairWalk):
-            return _ANY_LAYOUT
-        if not isinstance(piece, Walk) or not piece.uniform:
-            return None
-        names = piece.names(self.buffer)
-        return tuple(names) if len(set(names)) == len(names) else None
+    def _keyed(self, walk: ReplyWalk) -> tuple[ReplyWalk, tuple[bytes, ...] | str]:
+        """``walk``, and what it is cut together with: a walk by layout with walks of the same
+        field names, a pair walk with pair walks. A walk whose entries repeat a name is walked
+        again into names and values (columns by name would keep one value of each)."""
+        if isinstance(walk, Walk) and walk.uniform:
+            names = walk.names(self.buffer)
+            if len(set(names)) == len(names):
+                return walk, tuple(names)
+        if not isinstance(walk, PairWalk):
+            walk = self._walked_in_pairs(walk)
+        return walk, _ANY_LAYOUT
+
+    def _walked_in_pairs(self, walk: ReplyWalk) -> PairWalk:
+        """The whole reply ``walk`` walked, walked again into names and values."""
+        pairs = PairWalk(walk.begin)
+        if walk_pairs(self.buffer, walk.position, pairs) != COMPLETE:
+            raise InvalidResponse("an XRANGE reply walked whole did not walk into names again")
+        return pairs
 
     def _cut_run(self, walks: list[ReplyWalk], parts: list[Part]) -> None:
-        """Cut a run (walks of one key, ``_run_key``) into one part."""
+        """Cut a run (walks of one key, ``_keyed``) into one part."""
         pair_walks = [walk for walk in walks if isinstance(walk, PairWalk)]
         if pair_walks:
             parts.append(cut_pairs(self.buffer, pair_walks))
@@ -131,20 +137,10 @@ class KeptReplies:
         if not layout_walks:
             return
         cut = cut_replies(self.buffer, layout_walks)
-        if cut is None:  # cannot happen for one layout; read the replies as hiredis does then
-            for walk in layout_walks:
-                self._add_entries(self._parsed(walk), parts)
+        if cut is None:  # cannot happen for one layout; cut the replies into names then
+            parts.append(cut_pairs(self.buffer, list(map(self._walked_in_pairs, layout_walks))))
         else:
             parts.append(cut)
-
-    def _parsed(self, walk: ReplyWalk) -> list[Any]:
-        """The walk's entries as hiredis parses their bytes (under an array header of its own:
-        the walk may be a part of its reply)."""
-        one = _hiredis_reader()
-        one.feed(b"*%d\r\n" % walk.entries)
-        one.feed(self.buffer[walk.first_entry : walk.position].tobytes())
-        entries: list[Any] = one.gets()
-        return entries
 
     @staticmethod
     def _add_entries(entries: list[Any], parts: list[Part]) -> None:
@@ -183,39 +179,40 @@ class XrangePages:
         """The next reply, once its last byte is walked; an error reply raises redis-py's error."""
         if self._hiredis is not None:
             return self._read_with_hiredis()
-        walks = self._walk_pairs() if self._any_layout else self._walk_runs()
-        if walks is None:
+        walk = self._walk_pairs(self._kept) if self._any_layout else self._walk_by_layout()
+        if walk is None:
             self._hiredis = _hiredis_reader()
             return self._read_with_hiredis()
-        walk = walks[-1]
         self._kept = walk.position
         last_id = b""
         if walk.entries > 0:
             id_start, id_length = walk.places[0], walk.places[1]
             start = id_start[walk.entries - 1]
             last_id = self._buffer[start : start + id_length[walk.entries - 1]].tobytes()
-        return WalkedReply(tuple(walks), last_id)
+        return WalkedReply(walk, last_id)
 
-    def _walk_runs(self) -> list[ReplyWalk] | None:
-        """The next reply's walks, one per run of one field layout; None if not an array of
+    def _walk_by_layout(self) -> ReplyWalk | None:
+        """The next reply walked by field layout, or, from the entry where the layout changes,
+        walked again from its start into names and values; None if not an array of entries.
+
+        The whole reply, not its runs: a reply cut where its layout changes, each run decoded
+        on its own, cost the reader 20 times as much an entry on a stream of five layouts in
+        turn as on a uniform one, each run paying the decoder's calls into Arrow.
+        """
+        walk = Walk(self._kept)
+        while (status := walk_reply(self._buffer, self._filled, walk, may_split=True)) == MORE:
+            self._receive()
+        if status == LAYOUT_CHANGES:
+            return self._walk_pairs(walk.begin)
+        return None if status == NOT_XRANGE else walk
+
+    def _walk_pairs(self, begin: int) -> PairWalk | None:
+        """The reply at ``begin`` walked into names and values; None if not an array of
         entries."""
-        walks = [Walk(self._kept)]
-        while True:
-            may_split = len(walks) <= _MOST_LAYOUT_CHANGES
-            status = walk_reply(self._buffer, self._filled, walks[-1], may_split=may_split)
-            if status == MORE:
-                self._receive()
-            elif status == LAYOUT_CHANGES:
-                walks.append(walks[-1].rest())
-            else:
-                return None if status == NOT_XRANGE else list(walks)
-
-    def _walk_pairs(self) -> list[ReplyWalk] | None:
-        """The next reply's walk into names and values; None if not an array of entries."""
-        walk = PairWalk(self._kept)
+        walk = PairWalk(begin)
         while (status := walk_pairs(self._buffer, self._filled, walk)) == MORE:
             self._receive()
-        return None if status == NOT_XRANGE else [walk]
+        return None if status == NOT_XRANGE else walk
 
     @staticmethod
     def last_id(page: Page) -> bytes:

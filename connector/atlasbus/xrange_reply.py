@@ -7,8 +7,9 @@ the reply's RESP bytes are walked by JIT-compiled loops (numba), which note wher
 value lies and copy each field's values into one Arrow binary column.
 
 That applies to a page whose entries all carry the same field names in the same order (what a
-publisher writes). Any other page is parsed by hiredis from the same bytes and decoded the
-general way, so an entry decodes the same whatever its page (``atlasbus.decode``).
+publisher writes). Any other page is cut into columns of names and values
+(``atlasbus.xrange_pairs``), and an entry decodes the same whatever its page
+(``atlasbus.decode``).
 
 Compiled code is cached on disk (numba's ``cache=True``), so a worker process pays the
 compilation once per installation, then about 0.5 CPU-s to load numba and the code: beside this
@@ -354,14 +355,6 @@ class Walk(ReplyWalk):
         names = grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
         self.places = (id_start, id_length, *values, *names)
 
-    def rest(self) -> Walk:
-        """A walk of the reply's entries from where ``_walk`` said LAYOUT_CHANGES; this walk
-        ends there, with the entries it walked."""
-        rest = Walk(self.position)
-        rest.start(self.entries - self.walked, self.position)
-        self.entries = self.walked
-        return rest
-
     @property
     def uniform(self) -> bool:
         """Whether every entry walked has the first entry's names, in the same order."""
@@ -387,7 +380,7 @@ def grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
 
 def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False) -> int:
     """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE or NOT_XRANGE,
-    or with ``may_split`` LAYOUT_CHANGES (walk on in ``walk.rest()``).
+    or with ``may_split`` LAYOUT_CHANGES (at the first entry whose layout differs).
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
