@@ -65,7 +65,7 @@ def _varied(fields: dict[str, Any], layout: int) -> dict[str, Any]:
     elif layout == 2:
         del fields["tracing"]
     elif layout == 3:
-        fields["priority"] = "high"
+        fields["source"] = "bench"
     elif layout == 4:
         fields = dict(reversed(fields.items()))
     return fields
