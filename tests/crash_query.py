@@ -5,7 +5,8 @@ either to the atlasbus sink (topic ``target``), to Spark's parquet sink, or to S
 sink (``format("delta")``, needing the Delta Lake jars ``local_session`` loads), on a
 checkpoint that survives the kills.
 ``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group;
-``topicPattern`` instead of the topics).
+``topicPattern`` instead of the topics; ``format=raw``, whose fields' map gives the file
+sinks the same two columns).
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
 prints ``DONE`` and exits.
 """
@@ -59,11 +60,12 @@ def main() -> None:
             .option("topic", "target")
         )
     else:  # Spark's own file sinks: exactly once through their commit logs
-        writer = (
-            source.select("correlation_id", "payload")
-            .writeStream.format(args.sink)
-            .option("path", args.out)
-        )
+        if options.get("format") == "raw":  # the fields as one map: the same two columns
+            columns = [source.fields[name].alias(name) for name in ("correlation_id", "payload")]
+            selected = source.select(*columns)
+        else:
+            selected = source.select("correlation_id", "payload")
+        writer = selected.writeStream.format(args.sink).option("path", args.out)
     writer = writer.option("checkpointLocation", args.checkpoint)
     if args.available_now:
         writer = writer.trigger(availableNow=True)

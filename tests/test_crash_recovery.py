@@ -187,20 +187,29 @@ def _report(
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("sink", ["atlasbus", "parquet"])
+@pytest.mark.parametrize(
+    "sink, data_format", [("atlasbus", "envelope"), ("parquet", "envelope"), ("parquet", "raw")]
+)
 def test_exactly_once_across_driver_kills_while_publishers_append(
-    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path, sink: str
+    spark: Any,
+    r: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    tmp_path: Path,
+    sink: str,
+    data_format: str,
 ) -> None:
+    """With ``format=raw`` too: its reader walks every reply into names and values."""
     out = str(tmp_path / "out")
     args = ["--url", redis_url, "--prefix", prefix, "--checkpoint", str(tmp_path / "ck")]
-    args += ["--sink", sink, "--out", out]
+    args += ["--sink", sink, "--out", out, "--source-option", f"format={data_format}"]
     run = _crash_and_recover(args, redis_url, prefix, tmp_path / "query.log")
     if sink == "atlasbus":
         entries = r.xrange(f"{prefix}:target")
         written = [fields[b"correlation_id"].decode() for _, fields in entries]
     else:  # Spark reads only the files its _spark_metadata log committed
         written = [row["correlation_id"] for row in spark.read.parquet(out).collect()]
-    _report(sink, run["published"], written, run["restart_seconds"])
+    _report(f"{sink}, {data_format}", run["published"], written, run["restart_seconds"])
     assert len(run["published"]) == TOTAL
     assert Counter(written) == Counter(run["published"])
 
