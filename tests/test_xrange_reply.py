@@ -91,20 +91,28 @@ def entries_of(parts: list[ColumnPage | PairPage | list[Any]]) -> list[Any]:
 
 
 def cut_whole(data: bytes) -> ColumnPage | None:
+    """The reply cut into a column per field; None where its layout changes or a name
+    repeats."""
     buffer = np.frombuffer(data, np.uint8)
     walk = Walk()
-    assert walk_reply(buffer, len(data), walk) == COMPLETE
+    status = walk_reply(buffer, len(data), walk)
+    if status == LAYOUT_CHANGES:
+        return None
+    assert status == COMPLETE
     assert walk.position == len(data)
     return cut_reply(buffer, walk)
 
 
 def cut_arriving_byte_by_byte(data: bytes) -> ColumnPage | None:
     """Walk ``data`` as if its bytes arrived one at a time: every cut point must ask for more,
-    never misread; then cut it."""
+    never misread, until the end or an entry of another layout; then cut it."""
     buffer = np.frombuffer(data, np.uint8)
     walk = Walk()
     for end in range(len(data)):
-        assert walk_reply(buffer, end, walk) == MORE, end
+        status = walk_reply(buffer, end, walk)
+        if status == LAYOUT_CHANGES:
+            return None
+        assert status == MORE, end
     assert walk_reply(buffer, len(data), walk) == COMPLETE
     return cut_reply(buffer, walk)
 
@@ -150,7 +158,7 @@ def test_pages_whose_layouts_differ_are_not_cut_into_a_column_per_field(
     assert cut_whole(raw_reply(redis_url, "XRANGE", stream, "-", "+")) is None
 
 
-def test_a_walk_that_may_split_stops_where_the_layout_changes_however_the_bytes_arrive(
+def test_a_walk_stops_where_the_layout_changes_however_the_bytes_arrive(
     r: redis.Redis, redis_url: str, stream: str
 ) -> None:
     """Each cut point of the bytes before the fourth entry's names asks for more, never
@@ -162,7 +170,7 @@ def test_a_walk_that_may_split_stops_where_the_layout_changes_however_the_bytes_
     buffer = np.frombuffer(data, np.uint8)
     walk = Walk()
     ends = iter(range(len(data) + 1))
-    while (status := walk_reply(buffer, next(ends), walk, may_split=True)) == MORE:
+    while (status := walk_reply(buffer, next(ends), walk)) == MORE:
         pass
     assert status == LAYOUT_CHANGES
     assert walk.walked == 3

@@ -113,7 +113,7 @@ class KeptReplies:
         """``walk``, and what it is cut together with: a walk by layout with walks of the same
         field names, a pair walk with pair walks. A walk whose entries repeat a name is walked
         again into names and values (columns by name would keep one value of each)."""
-        if isinstance(walk, Walk) and walk.uniform:
+        if isinstance(walk, Walk):
             names = walk.names(self.buffer)
             if len(set(names)) == len(names):
                 return walk, tuple(names)
@@ -200,7 +200,7 @@ class XrangePages:
         turn as on a uniform one, each run paying the decoder's calls into Arrow.
         """
         walk = Walk(self._kept)
-        while (status := walk_reply(self._buffer, self._filled, walk, may_split=True)) == MORE:
+        while (status := walk_reply(self._buffer, self._filled, walk)) == MORE:
             self._receive()
         if status == LAYOUT_CHANGES:
             return self._walk_pairs(walk.begin)

@@ -152,9 +152,8 @@ def entry_head(address: int, pos: int, end: int) -> tuple[int, int, int, int, in
     return COMPLETE, start, length, count // 2, at
 
 
-# A walk's ``width`` before its first entry is walked, and once an entry's names differ from
-# the first entry's (the reply is then walked to its end without notes).
-_NO_ENTRY_YET, _MIXED = -1, -2
+# A walk's ``width`` before its first entry is walked.
+_NO_ENTRY_YET = -1
 
 
 @compiled
@@ -165,7 +164,6 @@ def _walk(
     entry: int,
     values: int,
     width: int,
-    may_split: bool,
     id_start: Any,
     id_length: Any,
     value_start: Any,
@@ -178,10 +176,9 @@ def _walk(
     Notes where each ID and value lies, and where the first entry's names lie (``width`` of
     them). Every later entry's names are compared with those as they are walked, while their
     bytes are in the CPU's caches (a pass of its own over the cut page's names took a tenth of
-    cutting it); at the first difference the walk returns LAYOUT_CHANGES at that entry's start
-    when ``may_split``, else ``width`` becomes ``_MIXED`` and nothing more is noted. Returns
-    (status, position, entries walked, values noted, width); FULL when the arrays are too small
-    for the next entry.
+    cutting it); at the first difference the walk returns LAYOUT_CHANGES at that entry's
+    start. Returns (status, position, entries walked, values noted, width); FULL when the
+    arrays are too small for the next entry.
     """
     address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
     entries = id_start.shape[0]
@@ -190,16 +187,12 @@ def _walk(
         status, start, length, names, at = entry_head(address, pos, end)
         if status != COMPLETE:
             return status, pos, entry, values, width
-        entry_width = width
-        if entry_width == _NO_ENTRY_YET:
+        if width == _NO_ENTRY_YET:
             if names > name_start.shape[0]:
                 return FULL, pos, entry, values, width
-            entry_width = names
-        elif entry_width != names:
-            if may_split:
-                return LAYOUT_CHANGES, pos, entry, values, width
-            entry_width = _MIXED
-        if entry_width != _MIXED and values + names > capacity:
+        elif width != names:
+            return LAYOUT_CHANGES, pos, entry, values, width
+        if values + names > capacity:
             return FULL, pos, entry, values, width
         for name in range(names):
             status, name_at, name_size = bulk(address, at, end)
@@ -210,23 +203,17 @@ def _walk(
             if status != COMPLETE:
                 return status, pos, entry, values, width
             at = value_at + value_size + 2
-            if entry_width == _MIXED:
-                continue
             if width == _NO_ENTRY_YET:
                 name_start[name] = name_at
                 name_length[name] = name_size
             elif not _same_name(address, name_at, name_size, name_start[name], name_length[name]):
-                if may_split:
-                    return LAYOUT_CHANGES, pos, entry, values, width
-                entry_width = _MIXED
-                continue
+                return LAYOUT_CHANGES, pos, entry, values, width
             value_start[values + name] = value_at
             value_length[values + name] = value_size
         id_start[entry] = start
         id_length[entry] = length
-        if entry_width != _MIXED:
-            values += names
-        width = entry_width
+        values += names
+        width = names
         pos = at
         entry += 1
     return COMPLETE, pos, entry, values, width
@@ -355,13 +342,8 @@ class Walk(ReplyWalk):
         names = grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
         self.places = (id_start, id_length, *values, *names)
 
-    @property
-    def uniform(self) -> bool:
-        """Whether every entry walked has the first entry's names, in the same order."""
-        return self.width != _MIXED
-
     def names(self, buf: np.ndarray) -> list[bytes]:
-        """The first entry's (on a uniform walk, every entry's) field names."""
+        """The field names of every entry walked, in order."""
         starts, lengths = (notes[: self.width].tolist() for notes in self.places[4:])
         text = buf.data  # sliced with Python ints: half the cost of numpy's slices per name
         return [
@@ -378,9 +360,10 @@ def grown(arrays: tuple[np.ndarray, ...], kept: int, size: int) -> np.ndarray:
     return larger
 
 
-def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False) -> int:
-    """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE or NOT_XRANGE,
-    or with ``may_split`` LAYOUT_CHANGES (at the first entry whose layout differs).
+def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
+    """Advance ``walk`` over the reply at ``buf[walk.begin:end]``: MORE, COMPLETE, NOT_XRANGE
+    or LAYOUT_CHANGES (the walk stops at the first entry whose field names differ from the
+    first entry's, in number, order or bytes).
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
@@ -388,7 +371,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False
         return header
     while True:
         status, walk.position, walk.walked, walk.values, walk.width = _walk(
-            buf, end, walk.position, walk.walked, walk.values, walk.width, may_split, *walk.places
+            buf, end, walk.position, walk.walked, walk.values, walk.width, *walk.places
         )
         if status != FULL:
             return int(status)
@@ -396,7 +379,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk, *, may_split: bool = False
 
 
 def cut_reply(buf: np.ndarray, walk: Walk) -> ColumnPage | None:
-    """The completely walked reply as columns; None when its entries' field layouts differ."""
+    """The completely walked reply as columns; None when it repeats a field name."""
     return cut_replies(buf, [walk])
 
 
@@ -405,13 +388,11 @@ def cut_replies(buf: np.ndarray, walks: Sequence[Walk]) -> ColumnPage | None:
 
     One gather for them all: a micro-batch's pages cut one by one and then joined cost the
     reader 6% more CPU (each page's Python calls and arrays, and the join's copy of every
-    byte). None when the entries' field layouts differ, across replies as within one.
+    byte). None when the replies' field layouts differ, or repeat a name.
     """
     walks = [walk for walk in walks if walk.entries]
     if not walks:
         return ColumnPage(pa.array([], pa.binary()), [], {})
-    if not all(walk.uniform for walk in walks):
-        return None
     names = walks[0].names(buf)
     if any(walk.names(buf) != names for walk in walks[1:]):
         return None
