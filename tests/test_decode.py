@@ -379,6 +379,53 @@ def test_envelopes_of_any_layouts_decode_from_names_and_values_as_from_their_lis
     assert rows[5]["tracing"] == [("t", "1")]
 
 
+def test_a_field_some_entries_lack_is_decoded_for_those_that_have_it() -> None:
+    """Such a field is decoded on its own for the entries that have it (on a uniform page's
+    paths) and spread back: its errors on their rows, the absent value where it is missing."""
+    from atlasbus.column_page import PartialColumn
+    from atlasbus.pair_fields import field_columns
+
+    def entry(seq: int, **extra: bytes) -> list[object]:
+        fields = {b"priority": b"3", b"payload": b'{"n": %d}' % seq, b"enqueued_time": b"1.5"}
+        fields.update((name.encode(), value) for name, value in extra.items())
+        return [f"1-{seq}".encode(), [x for pair in fields.items() for x in pair]]
+
+    entries = [
+        entry(0, tracing=b'{"t": "0"}'),
+        entry(1, delivery_attempts=b"2"),
+        entry(2, tracing=b"{oops"),
+        entry(3, delivery_attempts=b"x"),
+        entry(4),
+        entry(5, tracing=b'{"t": "5"}'),
+    ]
+    del entries[4][1][:2]  # no priority, a required field
+    pairs = pair_page_of(entries)
+    tracing = field_columns(pairs, [b"tracing"])[b"tracing"]
+    assert isinstance(tracing, PartialColumn)
+    assert tracing.values.to_pylist() == [b'{"t": "0"}', b"{oops", b'{"t": "5"}']
+    assert tracing.positions.to_pylist() == [0, None, 1, None, None, 2]
+    assert tracing.rows(present=False) == [1, 3, 4]
+
+    decoded = decode_envelope_page(pairs, topic="t", stream="s:t", include_raw_fields=False)
+    from_lists = decode_envelope_page(entries, topic="t", stream="s:t", include_raw_fields=False)
+    decoded.batch.validate(full=True)
+    assert decoded.batch.to_pylist() == from_lists.batch.to_pylist()
+    assert decoded.reasons == from_lists.reasons
+    rows = decoded.batch.to_pylist()
+    assert [row["error"] for row in rows] == [
+        None,
+        None,
+        "field 'tracing' is not valid JSON: '{oops'",
+        "field 'delivery_attempts' must be a decimal integer, got 'x'",
+        "missing field 'priority'",
+        None,
+    ]
+    assert decoded.reasons == [None, None, "invalid-json", "invalid-integer", "missing-field", None]
+    assert [row["tracing"] for row in rows] == [[("t", "0")], [], None, None, None, [("t", "5")]]
+    assert [row["delivery_attempts"] for row in rows] == [0, 2, None, None, None, 0]
+    assert [row["priority"] for row in rows] == [3, 3, None, None, None, 3]
+
+
 # --- format=raw ------------------------------------------------------------------------------
 
 # Values that send a column of fields down its value-by-value path, or look as if they might:
