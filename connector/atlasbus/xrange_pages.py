@@ -129,16 +129,18 @@ class KeptReplies:
         return pairs
 
     def _cut_run(self, walks: list[ReplyWalk], parts: list[Part]) -> None:
-        """Cut a run (walks of one key, ``_keyed``) into one part."""
-        pair_walks = [walk for walk in walks if isinstance(walk, PairWalk)]
-        if pair_walks:
-            parts.append(cut_pairs(self.buffer, pair_walks))
-        layout_walks = [walk for walk in walks if isinstance(walk, Walk)]
-        if not layout_walks:
+        """Cut a run (walks of one key, ``_keyed``: all pair walks, or all walks by one
+        layout) into one part."""
+        if not walks:
             return
-        cut = cut_replies(self.buffer, layout_walks)
-        if cut is None:  # cannot happen for one layout; cut the replies into names then
-            parts.append(cut_pairs(self.buffer, list(map(self._walked_in_pairs, layout_walks))))
+        layout_walks = [walk for walk in walks if isinstance(walk, Walk)]
+        cut = cut_replies(self.buffer, layout_walks) if layout_walks else None
+        if cut is None:  # pair walks (never None for one layout: cut into names then)
+            pair_walks = [
+                walk if isinstance(walk, PairWalk) else self._walked_in_pairs(walk)
+                for walk in walks
+            ]
+            parts.append(cut_pairs(self.buffer, pair_walks))
         else:
             parts.append(cut)
 
