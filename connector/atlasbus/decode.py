@@ -174,9 +174,7 @@ def decode_envelope_page(
 
         def raw_fields(only: list[bool] | None) -> pa.Array:
             maps = raw_field_maps(page) if isinstance(page, ColumnPage) else raw_pair_maps(page)
-            if only is None:
-                return maps
-            return pc.if_else(pa.array(only, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
+            return _only_rows(maps, only)
     else:
         lists = list(map(_FIELDS_OF, entries))
         columns = dict(_columns_by_field(lists))
@@ -720,7 +718,11 @@ def _raw_fields(field_lists: list[Sequence[bytes]], only: list[bool] | None) -> 
     np.cumsum(lengths, out=offsets[1:])
     keys = raw_text_array(list(chain.from_iterable(map(_NAMES_OF, chosen))))
     items = raw_text_array(list(chain.from_iterable(map(_VALUES_OF, chosen))))
-    maps = pa.MapArray.from_arrays(pa.array(offsets), keys, items)
+    return _only_rows(pa.MapArray.from_arrays(pa.array(offsets), keys, items), only)
+
+
+def _only_rows(maps: pa.Array, only: list[bool] | None) -> pa.Array:
+    """``maps`` where ``only`` is True, null elsewhere; all of them without ``only``."""
     if only is None:
         return maps
     return pc.if_else(pa.array(only, pa.bool_()), maps, pa.scalar(None, STRING_MAP))
