@@ -81,9 +81,6 @@ class PartialColumn:
     positions: pa.Array
     present: pa.Array
 
-    def __len__(self) -> int:
-        return len(self.positions)
-
     def rows(self, *, present: bool) -> list[int]:
         """The rows of the entries that have the field (``present``), or that lack it."""
         import pyarrow.compute as pc

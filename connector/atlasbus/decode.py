@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import itemgetter
@@ -286,9 +286,7 @@ def _decoded(
     if not isinstance(values, PartialColumn):
         return decode(values, errors)
     if required:
-        message = f"missing field '{name.decode()}'"
-        for row in values.rows(present=False):
-            errors.add(row, message, MISSING_FIELD)
+        _report_missing_rows(values.rows(present=False), name, errors)
     spread = decode(values.values, _ErrorsOfRows(errors, values)).take(values.positions)
     if absent is _NO_MAP:  # the maps' offsets as they are: ``take`` left no entry at a null
         return pa.MapArray.from_arrays(spread.offsets, spread.keys, spread.items)
@@ -374,14 +372,16 @@ def _repeat(value: str, size: int) -> pa.Array:
 
 def _report_missing(values: Values | None, name: bytes, errors: _Errors) -> None:
     """Report a required field that is absent (in the whole page or in some entries)."""
-    message = f"missing field '{name.decode()}'"
     if values is None:
-        for row in range(errors.size):
-            errors.add(row, message, MISSING_FIELD)
+        _report_missing_rows(range(errors.size), name, errors)
     elif isinstance(values, list) and None in values:
-        for row, value in enumerate(values):
-            if value is None:
-                errors.add(row, message, MISSING_FIELD)
+        _report_missing_rows([row for row, v in enumerate(values) if v is None], name, errors)
+
+
+def _report_missing_rows(rows: Iterable[int], name: bytes, errors: _Errors) -> None:
+    message = f"missing field '{name.decode()}'"
+    for row in rows:
+        errors.add(row, message, MISSING_FIELD)
 
 
 def _utf8(values: Values, name: bytes, errors: _Errors) -> tuple[pa.Array, Values]:
