@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
+from atlasbus.column_page import PartialColumn
 from atlasbus.decode import decode_envelope_page, decode_envelopes, decode_raw
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
@@ -382,7 +383,6 @@ def test_envelopes_of_any_layouts_decode_from_names_and_values_as_from_their_lis
 def test_a_field_some_entries_lack_is_decoded_for_those_that_have_it() -> None:
     """Such a field is decoded on its own for the entries that have it (on a uniform page's
     paths) and spread back: its errors on their rows, the absent value where it is missing."""
-    from atlasbus.column_page import PartialColumn
     from atlasbus.pair_fields import field_columns
 
     def entry(seq: int, **extra: bytes) -> list[object]:
@@ -424,6 +424,62 @@ def test_a_field_some_entries_lack_is_decoded_for_those_that_have_it() -> None:
     assert [row["tracing"] for row in rows] == [[("t", "0")], [], None, None, None, [("t", "5")]]
     assert [row["delivery_attempts"] for row in rows] == [0, 2, None, None, None, 0]
     assert [row["priority"] for row in rows] == [3, 3, None, None, None, 3]
+
+
+def test_fields_are_found_by_name_whatever_layouts_repeat_or_look_alike() -> None:
+    """Layouts whose names have the same lengths in the same places (``payload`` and
+    ``tracing`` swapped; ``tracing`` spelt ``tracinq``) are told apart byte by byte, and more
+    layouts than are remembered at once each find their fields."""
+    from atlasbus.pair_fields import field_columns
+
+    def entry(seq: int, names: list[bytes]) -> list[object]:
+        values = {
+            b"payload": b'{"n": %d}' % seq,
+            b"tracing": b'{"t": "%d"}' % seq,
+            b"tracinq": b"unknown",
+            b"priority": b"%d" % (seq % 10),
+        }
+        # 3 layouts, then 30 in turn (more than are remembered), then the first 3 again
+        extra_count = seq % 10 if 24 <= seq < 42 else 0
+        extras = [(b"x%d" % k, b"v") for k in range(extra_count)]
+        pairs = [(name, values[name]) for name in names] + extras
+        return [f"1-{seq}".encode(), [x for pair in pairs for x in pair]]
+
+    layouts = [
+        [b"priority", b"payload", b"tracing"],
+        [b"priority", b"tracing", b"payload"],
+        [b"priority", b"payload", b"tracinq"],
+    ]
+    entries = [entry(seq, layouts[seq % 3]) for seq in range(48)]
+    columns = field_columns(pair_page_of(entries), [b"payload", b"tracing", b"priority"])
+    assert columns[b"payload"].to_pylist() == [b'{"n": %d}' % seq for seq in range(48)]
+    assert columns[b"priority"].to_pylist() == [b"%d" % (seq % 10) for seq in range(48)]
+    tracing = columns[b"tracing"]
+    assert isinstance(tracing, PartialColumn)
+    assert tracing.values.to_pylist() == [b'{"t": "%d"}' % seq for seq in range(48) if seq % 3 < 2]
+    assert tracing.rows(present=False) == list(range(2, 48, 3))
+
+    decoded = decode_envelope_page(
+        pair_page_of(entries), topic="t", stream="s:t", include_raw_fields=False
+    )
+    from_lists = decode_envelope_page(entries, topic="t", stream="s:t", include_raw_fields=False)
+    assert decoded.batch.to_pylist() == from_lists.batch.to_pylist()
+    assert [row["tracing"] for row in decoded.batch.to_pylist()][:3] == [
+        [("t", "0")],
+        [("t", "1")],
+        [],
+    ]
+
+    # The same bytes of names cut in other places: b"payloadtr", b"acing" are not the fields.
+    cut_elsewhere = [
+        [b"1-0", [b"priority", b"1", b"payload", b"{}", b"tracing", b"{}"]],
+        [b"1-1", [b"priority", b"2", b"payloadtr", b"{}", b"acing", b"{}"]],
+    ]
+    columns = field_columns(pair_page_of(cut_elsewhere), [b"payload", b"tracing"])
+    for name in (b"payload", b"tracing"):
+        column = columns[name]
+        assert isinstance(column, PartialColumn)
+        assert column.rows(present=True) == [0]
 
 
 # --- format=raw ------------------------------------------------------------------------------

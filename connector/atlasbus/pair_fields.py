@@ -4,9 +4,10 @@ A reply whose entries differ in their fields (a publisher that leaves an optiona
 now and then, or two publishers that write different ones to one stream) is cut into names
 and values (``atlasbus.xrange_pairs``). The envelope decoder wants a column per field, as a
 page of one layout gives: one compiled pass finds, for each field it reads, where each entry
-holds it, and Arrow's ``take`` gathers the values. Before, such replies went to hiredis, a
-Python object per name and value, and a stream of five layouts in turn cost the reader 20
-times as much an entry as a uniform one (``benchmarks/bench_layouts.py``).
+holds it (searching only the layouts it has not just seen), and a second gathers the values
+into a column per field. Before, such replies went to hiredis, a Python object per name and
+value, and a stream of five layouts in turn cost the reader 20 times as much an entry as a
+uniform one (``benchmarks/bench_layouts.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import PairPage, PartialColumn
-from atlasbus.compiled import binary_column, byte_at, compiled
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, word_at
 
 # Where an entry lacks a field, in ``_last_places``'s notes.
 _ABSENT = -1
@@ -28,8 +29,8 @@ def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, pa.Arra
     """The values of each of ``names`` that some entry of ``page`` has, entry by entry (the
     last one where an entry repeats the name): a binary Arrow column where every entry has
     the field, else a ``PartialColumn`` of the entries that have it."""
-    column = binary_column(page.names)
-    if column is None or not names:
+    column, values = binary_column(page.names), binary_column(page.values)
+    if column is None or values is None or not names:
         return {}
     data, name_offsets = column
     wanted = np.frombuffer(b"".join(names) or b"\0", np.uint8)
@@ -37,22 +38,72 @@ def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, pa.Arra
     np.cumsum([len(name) for name in names], out=wanted_offsets[1:])
     field_offsets = page.field_offsets.to_numpy(zero_copy_only=False)
     places = _last_places(data, name_offsets, field_offsets, wanted, wanted_offsets)
+    gathered, offsets, data_starts, counts = _gathered(*values, places)
+    entries = len(page)
     columns: dict[bytes, pa.Array | PartialColumn] = {}
-    for name, picks in zip(names, places, strict=True):
-        absent = picks == _ABSENT
-        if absent.all():
+    for index, name in enumerate(names):
+        count = int(counts[index])
+        if count == 0:
             continue
-        if not absent.any():
-            columns[name] = page.values.take(pa.array(picks))
+        column = _binary(gathered, offsets[index, : count + 1], data_starts[index : index + 2])
+        if count == entries:
+            columns[name] = column
             continue
-        present = ~absent
+        present = places[index] != _ABSENT
         positions = np.cumsum(present) - 1
-        columns[name] = PartialColumn(
-            page.values.take(pa.array(picks[present])),
-            pa.array(positions, mask=absent),
-            pa.array(present),
-        )
+        columns[name] = PartialColumn(column, pa.array(positions, mask=~present), pa.array(present))
     return columns
+
+
+def _binary(data: np.ndarray, offsets: np.ndarray, bounds: np.ndarray) -> pa.Array:
+    """A binary Arrow column over ``offsets`` (from 0) and ``data[bounds[0]:bounds[1]]``,
+    without a copy."""
+    start, end = int(bounds[0]), int(bounds[1])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data[start:end])]
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, buffers)
+
+
+@compiled
+def _gathered(data: Any, value_offsets: Any, places: Any) -> Any:
+    """Each wanted name's values (``places``, as ``_last_places`` gives) gathered into one
+    buffer, a name after another: (the bytes; each name's offsets from 0, a row per name;
+    where each name's bytes start and end; how many entries have each name).
+
+    Arrow's ``take`` did it a column at a time for about 26 ns a value; the values are mostly
+    shorter than 16 bytes, which ``copy_bytes`` moves without calling memcpy.
+    """
+    count, entries = places.shape
+    counts = np.zeros(count, np.int64)
+    data_starts = np.zeros(count + 1, np.int64)
+    for index in range(count):
+        size = 0
+        for entry in range(entries):
+            field = places[index, entry]
+            if field != _ABSENT:
+                size += value_offsets[field + 1] - value_offsets[field]
+                counts[index] += 1
+        data_starts[index + 1] = data_starts[index] + size
+    gathered = np.empty(max(data_starts[count], 1), np.uint8)
+    offsets = np.zeros((count, entries + 1), np.int32)
+    source, target = data.ctypes.data, gathered.ctypes.data
+    for index in range(count):
+        at = data_starts[index]
+        row = 0
+        for entry in range(entries):
+            field = places[index, entry]
+            if field == _ABSENT:
+                continue
+            start = value_offsets[field]
+            size = value_offsets[field + 1] - start
+            copy_bytes(target, at, source, start, size)
+            at += size
+            row += 1
+            offsets[index, row] = at - data_starts[index]
+    return gathered, offsets, data_starts, counts
+
+
+# How many layouts ``_last_places`` remembers: a stream's entries mostly repeat a few.
+_LAYOUTS_KEPT = 8
 
 
 @compiled
@@ -60,25 +111,116 @@ def _last_places(
     names: Any, name_offsets: Any, field_offsets: Any, wanted: Any, wanted_offsets: Any
 ) -> Any:
     """For each wanted name (its bytes in ``wanted`` from ``wanted_offsets``), the index of
-    each entry's last field of that name, or ``_ABSENT``."""
+    each entry's last field of that name, or ``_ABSENT``.
+
+    An entry whose names are those of one of the last ``_LAYOUTS_KEPT`` layouts seen, byte for
+    byte and in order, takes that layout's places; only a new layout is searched name by name.
+    """
     count = wanted_offsets.shape[0] - 1
     entries = field_offsets.shape[0] - 1
     places = np.full((count, entries), _ABSENT, np.int64)
-    address, wanted_address = names.ctypes.data, wanted.ctypes.data
+    address = names.ctypes.data
+    # Each kept layout: an entry that has it, and its places counted from the entry's first field.
+    kept_entries = np.full(_LAYOUTS_KEPT, -1, np.int64)
+    kept_places = np.full((_LAYOUTS_KEPT, count), _ABSENT, np.int64)
+    next_slot = 0
     for entry in range(entries):
-        for field in range(field_offsets[entry], field_offsets[entry + 1]):
-            start = name_offsets[field]
-            size = name_offsets[field + 1] - start
-            for index in range(count):
-                other = wanted_offsets[index]
-                if wanted_offsets[index + 1] - other != size:
-                    continue
-                same = True
-                for k in range(size):
-                    if byte_at(address, start + k) != byte_at(wanted_address, other + k):
-                        same = False
-                        break
-                if same:
-                    places[index, entry] = field
-                    break
+        first = field_offsets[entry]
+        slot = _kept_layout(address, name_offsets, field_offsets, entry, kept_entries)
+        if slot < 0:
+            slot = next_slot
+            next_slot = (next_slot + 1) % _LAYOUTS_KEPT
+            kept_entries[slot] = entry
+            _search_layout(
+                address,
+                name_offsets,
+                field_offsets,
+                entry,
+                wanted,
+                wanted_offsets,
+                kept_places[slot],
+            )
+        for index in range(count):
+            place = kept_places[slot, index]
+            if place != _ABSENT:
+                places[index, entry] = first + place
     return places
+
+
+@inlined
+def _kept_layout(
+    address: int, name_offsets: Any, field_offsets: Any, entry: int, kept_entries: Any
+) -> int:
+    """The slot of the kept layout whose names are ``entry``'s, or -1."""
+    first, end = field_offsets[entry], field_offsets[entry + 1]
+    start, size = name_offsets[first], name_offsets[end] - name_offsets[first]
+    for slot in range(kept_entries.shape[0]):
+        other = kept_entries[slot]
+        if other < 0:
+            return -1
+        other_first = field_offsets[other]
+        if field_offsets[other + 1] - other_first != end - first:
+            continue
+        other_start = name_offsets[other_first]
+        if name_offsets[other_first + end - first] - other_start != size:
+            continue
+        same = True
+        for field in range(1, end - first):
+            if (
+                name_offsets[first + field] - start
+                != name_offsets[other_first + field] - other_start
+            ):
+                same = False
+                break
+        if same and _same_bytes(address, start, other_start, size):
+            return slot
+    return -1
+
+
+@inlined
+def _same_bytes(address: int, start: int, other: int, size: int) -> bool:
+    """Whether the ``size`` bytes at ``start`` and at ``other`` (within one buffer) are equal."""
+    at = 0
+    while at + 8 <= size:
+        if word_at(address, start + at) != word_at(address, other + at):
+            return False
+        at += 8
+    while at < size:
+        if byte_at(address, start + at) != byte_at(address, other + at):
+            return False
+        at += 1
+    return True
+
+
+@inlined
+def _search_layout(
+    address: int,
+    name_offsets: Any,
+    field_offsets: Any,
+    entry: int,
+    wanted: Any,
+    wanted_offsets: Any,
+    kept: Any,
+) -> None:
+    """Note in ``kept`` where ``entry`` holds each wanted name last, counted from its first
+    field, or ``_ABSENT``."""
+    wanted_address = wanted.ctypes.data
+    count = wanted_offsets.shape[0] - 1
+    first = field_offsets[entry]
+    for index in range(count):
+        kept[index] = _ABSENT
+    for field in range(first, field_offsets[entry + 1]):
+        start = name_offsets[field]
+        size = name_offsets[field + 1] - start
+        for index in range(count):
+            other = wanted_offsets[index]
+            if wanted_offsets[index + 1] - other != size:
+                continue
+            same = True
+            for k in range(size):
+                if byte_at(address, start + k) != byte_at(wanted_address, other + k):
+                    same = False
+                    break
+            if same:
+                kept[index] = field - first
+                break
