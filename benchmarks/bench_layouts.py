@@ -15,11 +15,17 @@ one process by ``atlasbus.reader.read_range``, with ``format=envelope`` and ``fo
 --repeat rounds, the readings alternating; reports the best CPU µs per entry of each and each
 stream's over the uniform one's. Writes benchmarks/results/layouts.json (layouts-L.json with
 --label) and the chart beside it.
+
+It also times, in the same process, ``atlasbus.pair_fields.field_columns`` alone (picking the
+decoder's fields by name out of a page of names and values) on a 10,000-entry page of each
+stream's envelopes: the part of the reader's work that depends on the layouts, measured
+without Redis's noise (best of 9 rounds of 20 calls, ns an entry).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -85,6 +91,40 @@ def read_whole(url: str, stream: str, data_format: str) -> tuple[int, float]:
     return rows, time.process_time() - started
 
 
+def pick_fields_ns(kind: str, every: int, entries: int = 10_000) -> float:
+    """CPU ns an entry that ``field_columns`` takes on a page of ``kind``'s envelopes."""
+    import numpy as np
+    import pyarrow as pa
+
+    from atlasbus.column_page import PairPage
+    from atlasbus.decode import _DECODED_FIELDS
+    from atlasbus.pair_fields import field_columns
+
+    pages: list[list[tuple[bytes, bytes]]] = []
+    for index in range(entries):
+        fields = envelope(index)
+        if kind == "mixed" and index % every == every // 2:
+            del fields["correlation_id"]
+        if kind == "varied":
+            fields = _varied(fields, index % 5)
+        pages.append([(name.encode(), value.encode()) for name, value in fields.items()])
+    counts = np.cumsum([0] + [len(fields) for fields in pages], dtype=np.int32)
+    page = PairPage(
+        pa.array([b"%d-0" % index for index in range(entries)], pa.binary()),
+        pa.array(counts, pa.int32()),
+        pa.array([name for fields in pages for name, _ in fields], pa.binary()),
+        pa.array([value for fields in pages for _, value in fields], pa.binary()),
+    )
+    names = list(_DECODED_FIELDS)
+    best = math.inf
+    for _ in range(9):
+        started = time.process_time()
+        for _ in range(20):
+            field_columns(page, names)
+        best = min(best, (time.process_time() - started) / 20 / entries * 1e9)
+    return best
+
+
 def main() -> None:
     compile_atlasbus()
     parser = argparse.ArgumentParser(
@@ -118,6 +158,7 @@ def main() -> None:
     finally:
         server.stop()
 
+    picking = {kind: round(pick_fields_ns(kind, args.every), 1) for kind in STREAMS}
     best = {name: min(values) for name, values in micros.items()}
     over_uniform = {
         f"{data_format}, {kind}": round(
@@ -131,6 +172,7 @@ def main() -> None:
         rounds = ", ".join(f"{v:.2f}" for v in micros[name])
         print(f"{name:<34}{value:>15.2f}{rounds:>28}")
     print(f"over uniform, best rounds: {over_uniform}")
+    print(f"field_columns alone, CPU ns an entry of a 10,000-entry page: {picking}")
     results = RESULTS.with_name(f"layouts-{args.label}.json") if args.label else RESULTS
     report: dict[str, Any] = {
         "benchmark": "layouts",
@@ -139,6 +181,7 @@ def main() -> None:
         "best_cpu_us_per_entry": {k: round(v, 3) for k, v in best.items()},
         "all_rounds_cpu_us_per_entry": {k: [round(v, 3) for v in vs] for k, vs in micros.items()},
         "over_uniform": over_uniform,
+        "field_columns_ns_per_entry": picking,
     }
     write_report(results, report, load_before, load_after)
     chart(best, args.every, results.with_suffix(".png"))
