@@ -439,7 +439,7 @@ def test_fields_are_found_by_name_whatever_layouts_repeat_or_look_alike() -> Non
             b"tracinq": b"unknown",
             b"priority": b"%d" % (seq % 10),
         }
-        # 3 layouts, then 30 in turn (more than are remembered), then the first 3 again
+        # 3 layouts, then 18 others (more than are remembered), then the first 3 again
         extra_count = seq % 10 if 24 <= seq < 42 else 0
         extras = [(b"x%d" % k, b"v") for k in range(extra_count)]
         pairs = [(name, values[name]) for name in names] + extras
