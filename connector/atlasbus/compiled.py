@@ -201,6 +201,22 @@ def copy_bytes(target: int, target_at: int, source: int, source_at: int, size: i
             put_byte(target, target_at + k, byte_at(source, source_at + k))
 
 
+@inlined
+def same_bytes(address: int, start: int, other: int, size: int) -> bool:
+    """Whether the ``size`` bytes at ``start`` and at ``other`` of the buffer at ``address`` are
+    equal, compared a word at a time."""
+    at = 0
+    while at + 8 <= size:
+        if word_at(address, start + at) != word_at(address, other + at):
+            return False
+        at += 8
+    while at < size:
+        if byte_at(address, start + at) != byte_at(address, other + at):
+            return False
+        at += 1
+    return True
+
+
 @intrinsic
 def _memcpy(typing_context: Any, target: Any, source: Any, size: Any) -> Any:
     """memcpy from the address ``source`` to the address ``target``.

@@ -22,7 +22,15 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.ascii_text import all_ascii
-from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, put_int
+from atlasbus.compiled import (
+    binary_column,
+    byte_at,
+    compiled,
+    copy_bytes,
+    inlined,
+    put_int,
+    same_bytes,
+)
 from atlasbus.json_scan import after_string, skip_space
 
 _QUOTE, _COLON, _COMMA = 34, 58, 44
@@ -64,14 +72,6 @@ def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
         except pa.ArrowInvalid:
             return None
     return pa.MapArray.from_arrays(pa.array(map_offsets), keys, items)
-
-
-@inlined
-def _same_text(data: int, a: int, b: int, length: int) -> bool:
-    k = 0
-    while k < length and byte_at(data, a + k) == byte_at(data, b + k):
-        k += 1
-    return k == length
 
 
 # What _object_pairs notes of each pair, at ``places[_NOTES * pair + ...]``: where its key and
@@ -135,7 +135,7 @@ def _repeats_a_key(data: int, places: Any, pairs: int) -> bool:
     for pair in range(1, pairs):
         at, length = places[_NOTES * pair + _KEY_AT], places[_NOTES * pair + _KEY_LENGTH]
         for earlier in range(pair):
-            if places[_NOTES * earlier + _KEY_LENGTH] == length and _same_text(
+            if places[_NOTES * earlier + _KEY_LENGTH] == length and same_bytes(
                 data, places[_NOTES * earlier + _KEY_AT], at, length
             ):
                 return True

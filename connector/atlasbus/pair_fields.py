@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from atlasbus.column_page import PairPage, PartialColumn
-from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, word_at
+from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, same_bytes
 
 # Where an entry lacks a field, in ``_last_places``'s notes.
 _ABSENT = -1
@@ -172,24 +172,9 @@ def _kept_layout(
             ):
                 same = False
                 break
-        if same and _same_bytes(address, start, other_start, size):
+        if same and same_bytes(address, start, other_start, size):
             return slot
     return -1
-
-
-@inlined
-def _same_bytes(address: int, start: int, other: int, size: int) -> bool:
-    """Whether the ``size`` bytes at ``start`` and at ``other`` (within one buffer) are equal."""
-    at = 0
-    while at + 8 <= size:
-        if word_at(address, start + at) != word_at(address, other + at):
-            return False
-        at += 8
-    while at < size:
-        if byte_at(address, start + at) != byte_at(address, other + at):
-            return False
-        at += 1
-    return True
 
 
 @inlined
