@@ -13,6 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -21,8 +22,8 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from atlasbus.column_page import ColumnPage, PairPage
-from atlasbus.decode import decode_envelope_page
+from atlasbus.column_page import ColumnPage, MixedPage, PairPage
+from atlasbus.decode import decode_envelope_page, decode_raw
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
@@ -356,7 +357,10 @@ def uniform_pages(draw: st.DrawFn) -> list[Case]:
 
 
 def decode(
-    entries: list[Any] | ColumnPage | PairPage, include_raw_fields: bool, *, convert: bool = False
+    entries: list[Any] | ColumnPage | PairPage | MixedPage,
+    include_raw_fields: bool,
+    *,
+    convert: bool = False,
 ) -> tuple[list[dict[str, Any]], Any]:
     page = decode_envelope_page(
         entries, topic="t", stream="s:t", include_raw_fields=include_raw_fields
@@ -424,6 +428,31 @@ def test_a_page_cut_into_columns_decodes_as_its_entries_do(cases: list[Case]) ->
         for index, case in enumerate(cases):
             reason = reasons[index] if reasons is not None else None
             check_row(case, rows[index], reason)
+
+
+@FUZZ
+@given(pages() | uniform_pages(), st.data())
+def test_pages_cut_apart_and_decoded_as_one_decode_as_their_entries_do(
+    cases: list[Case], data: st.DataObject
+) -> None:
+    """A hand-over's runs (a page of columns where the entries share a layout, else of names
+    and values) decoded as one ``MixedPage``: each field's columns joined, whole in some
+    parts, partial or absent in others."""
+    entries = [case.raw for case in cases]
+    cuts: set[int] = set()
+    if len(entries) > 1:
+        cuts = data.draw(st.sets(st.integers(1, len(entries) - 1), max_size=5), label="cuts")
+    bounds = [0, *sorted(cuts), len(entries)]
+    chunks = [entries[start:end] for start, end in pairwise(bounds)]
+    mixed = MixedPage(tuple(column_page_of(chunk) or pair_page_of(chunk) for chunk in chunks))
+    assert mixed.ids.to_pylist() == [entry_id for entry_id, _ in entries]
+    for include_raw_fields in (False, True):
+        assert decode(mixed, include_raw_fields, convert=True) == decode(
+            entries, include_raw_fields
+        )
+    as_raw = decode_raw(mixed, topic="t", stream="s:t")
+    as_raw.validate(full=True)
+    assert as_raw.to_pylist() == decode_raw(entries, topic="t", stream="s:t").to_pylist()
 
 
 @settings(max_examples=500, deadline=None)

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from atlasbus import xrange_reply
-from atlasbus.column_page import ColumnPage, PairPage
+from atlasbus.column_page import ColumnPage, MixedPage, PairPage
 from atlasbus.connection import RedisEndpoint, raw_connection
 from atlasbus.xrange_pages import XrangePages
 from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
@@ -79,13 +79,13 @@ def hiredis_of(data: bytes) -> Any:
     return reader.gets()
 
 
-def as_entries(page: ColumnPage | PairPage | list[Any]) -> list[Any]:
+def as_entries(page: ColumnPage | PairPage | MixedPage | list[Any]) -> list[Any]:
     """Any form as hiredis's [ID, [name, value, ...]] items, for comparing."""
     items = page if isinstance(page, list) else page.entries()
     return [[entry_id, list(fields)] for entry_id, fields in items]
 
 
-def entries_of(parts: list[ColumnPage | PairPage | list[Any]]) -> list[Any]:
+def entries_of(parts: Sequence[ColumnPage | PairPage | MixedPage | list[Any]]) -> list[Any]:
     """The parts a hand-over is cut into, one after another, as ``as_entries`` gives them."""
     return [entry for part in parts for entry in as_entries(part)]
 
@@ -338,15 +338,17 @@ def test_pipelined_pages_off_a_real_connection_match_redis_py(
         [(PairPage, 10)],
         [(ColumnPage, 10)],
     ]
-    # Cut together: each run of pages cut the same way is one part.
-    parts = read_joined(endpoint, commands)
-    assert [(type(part), len(part)) for part in parts] == [
+    # Cut together: each run of pages cut the same way is one part, and the runs one page.
+    (mixed,) = read_joined(endpoint, commands)
+    assert isinstance(mixed, MixedPage) and len(mixed) == 50
+    assert [(type(part), len(part)) for part in mixed.parts] == [
         (PairPage, 10),
         (ColumnPage, 10),
         (PairPage, 20),
         (ColumnPage, 10),
     ]
-    assert entries_of(parts) == [e for page in expected for e in page]
+    assert entries_of([mixed]) == [e for page in expected for e in page]
+    assert mixed.ids.to_pylist() == ids
 
 
 def test_a_layout_that_changes_at_every_entry_is_one_page_of_names_and_values(
@@ -396,9 +398,10 @@ def test_replies_with_other_names_than_the_first_are_cut_apart(
         r.xadd(stream, {"a" if index < 10 else "z": str(index)})
     ids = [entry_id for entry_id, _ in r.xrange(stream)]
     commands = [("XRANGE", stream, ids[0], ids[9]), ("XRANGE", stream, ids[10], ids[19])]
-    parts = read_joined(endpoint, commands)
-    assert [(type(part), len(part)) for part in parts] == [(ColumnPage, 10), (ColumnPage, 10)]
-    assert entries_of(parts) == [
+    (mixed,) = read_joined(endpoint, commands)
+    assert isinstance(mixed, MixedPage)
+    assert [(type(part), len(part)) for part in mixed.parts] == [(ColumnPage, 10), (ColumnPage, 10)]
+    assert entries_of([mixed]) == [
         [entry_id, [b"a" if i < 10 else b"z", str(i).encode()]] for i, entry_id in enumerate(ids)
     ]
 

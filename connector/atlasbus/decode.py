@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from atlasbus import envelope as wire
-from atlasbus.column_page import ColumnPage, PairPage, PartialColumn
+from atlasbus.column_page import ColumnPage, MixedPage, PairPage, PartialColumn
 from atlasbus.json_objects import all_json_objects
 from atlasbus.raw_fields import raw_text, raw_text_array
 from atlasbus.reasons import (
@@ -137,7 +137,7 @@ class DecodedPage:
 
 # What ``atlasbus.xrange_reply`` and ``atlasbus.xrange_pairs`` cut a reply into, or hiredis's
 # reply items.
-AnyPage: TypeAlias = Sequence[RawEntry] | ColumnPage | PairPage
+AnyPage: TypeAlias = Sequence[RawEntry] | ColumnPage | PairPage | MixedPage
 
 
 def decode_envelopes(
@@ -159,22 +159,18 @@ def decode_envelope_page(
     """
     size = len(entries)
     columns: dict[bytes, Values | PartialColumn]
-    if isinstance(entries, ColumnPage | PairPage):
+    binary_ids: pa.Array | None = None
+    if isinstance(entries, ColumnPage | PairPage | MixedPage):
         page = entries
         from atlasbus.ascii_text import text_column  # see _map_column
-        from atlasbus.raw_field_column import raw_field_maps, raw_pair_maps
+        from atlasbus.page_columns import raw_maps, wanted_columns
 
-        ids = text_column(page.ids)
-        if isinstance(page, ColumnPage):
-            columns = dict(page.columns)
-        else:
-            from atlasbus.pair_fields import field_columns
-
-            columns = field_columns(page, _DECODED_FIELDS)
+        binary_ids = page.ids
+        ids = text_column(binary_ids)
+        columns = dict(wanted_columns(page, _DECODED_FIELDS))
 
         def raw_fields(only: list[bool] | None) -> pa.Array:
-            maps = raw_field_maps(page) if isinstance(page, ColumnPage) else raw_pair_maps(page)
-            return _only_rows(maps, only)
+            return _only_rows(raw_maps(page), only)
     else:
         lists = list(map(_FIELDS_OF, entries))
         columns = dict(_columns_by_field(lists))
@@ -237,7 +233,7 @@ def decode_envelope_page(
         _repeat(topic, size),
         _repeat(stream, size),
         ids,
-        _timestamps_of(ids, entries.ids if isinstance(entries, ColumnPage | PairPage) else None),
+        _timestamps_of(ids, binary_ids),
         *envelope,
         error_column,
         fields,
@@ -248,13 +244,14 @@ def decode_envelope_page(
 def decode_raw(page: AnyPage, *, topic: str, stream: str) -> pa.RecordBatch:
     """Decode any stream's entries as ``topic, stream, id, timestamp, fields``."""
     size = len(page)
-    if isinstance(page, ColumnPage | PairPage):
+    if isinstance(page, ColumnPage | PairPage | MixedPage):
         from atlasbus.ascii_text import text_column  # see _map_column
-        from atlasbus.raw_field_column import raw_field_maps, raw_pair_maps
+        from atlasbus.page_columns import raw_maps
 
-        ids = text_column(page.ids)
-        timestamps = _timestamps_of(ids, page.ids)
-        fields = raw_field_maps(page) if isinstance(page, ColumnPage) else raw_pair_maps(page)
+        binary_ids = page.ids
+        ids = text_column(binary_ids)
+        timestamps = _timestamps_of(ids, binary_ids)
+        fields = raw_maps(page)
     else:
         ids = _id_array(page)
         timestamps = _timestamps_of(ids)

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from atlasbus.column_page import ColumnPage, PairPage
+from atlasbus.column_page import ColumnPage, MixedPage, PairPage
 from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
 from atlasbus.xrange_reply import (
     COMPLETE,
@@ -56,7 +56,7 @@ class WalkedReply:
 
 
 Page = WalkedReply | list[Any]
-Part = ColumnPage | PairPage | list[Any]
+Part = ColumnPage | PairPage | MixedPage | list[Any]
 # A run's key in ``KeptReplies.cut``: a walk's field names, or this for pair walks.
 _ANY_LAYOUT = "any layout"
 
@@ -75,8 +75,9 @@ class KeptReplies:
     def cut(self) -> list[Part]:
         """The replies in order, as parts to decode one by one: each run of replies of one
         field layout cut together into columns (one gather), each run of the other replies
-        cut together into names and values, and the replies hiredis read as its entry lists
-        (next to each other, joined). The buffer goes back to its ``XrangePages`` after.
+        cut together into names and values, runs next to each other as one ``MixedPage``, and
+        the replies hiredis read as its entry lists (next to each other, joined). The buffer
+        goes back to its ``XrangePages`` after.
 
         Runs, not the whole hand-over: one entry of another layout made every reply handed
         over with it entry lists, and one entry in 5,000 without an optional field made the
@@ -140,7 +141,18 @@ class KeptReplies:
                 walk if isinstance(walk, PairWalk) else self._walked_in_pairs(walk)
                 for walk in walks
             ]
-            parts.append(cut_pairs(self.buffer, pair_walks))
+            self._add_cut(cut_pairs(self.buffer, pair_walks), parts)
+        else:
+            self._add_cut(cut, parts)
+
+    @staticmethod
+    def _add_cut(cut: ColumnPage | PairPage, parts: list[Part]) -> None:
+        """``cut`` after ``parts``, joined into one ``MixedPage`` with a cut run before it."""
+        last = parts[-1] if parts else None
+        if isinstance(last, MixedPage):
+            parts[-1] = MixedPage((*last.parts, cut))
+        elif isinstance(last, ColumnPage | PairPage):
+            parts[-1] = MixedPage((last, cut))
         else:
             parts.append(cut)
 
