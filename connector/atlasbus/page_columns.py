@@ -36,8 +36,8 @@ def wanted_columns(page: CutPage, names: Sequence[bytes]) -> dict[bytes, FieldCo
 
 
 def raw_maps(page: CutPage) -> pa.MapArray:
-    """Each entry of ``page`` as a map of its field names to values (``format=raw``'s
-    ``fields``, an envelope error row's ``_raw_fields``)."""
+    """Each entry of ``page`` as a map of its field names to values: the ``fields`` column
+    (of every row with ``format=raw`` or ``includeRawFields``, else of error rows)."""
     if isinstance(page, ColumnPage):
         return raw_field_maps(page)
     if isinstance(page, PairPage):
