@@ -40,6 +40,7 @@ from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.decode import RawEntry, decode_envelopes, decode_raw
 from atlasbus.errors import ConfigurationError
 from atlasbus.raw_fields import raw_text_array
+from atlasbus.reader import TARGET_BATCH_ROWS  # rows per yielded batch, as ranges are read
 from atlasbus.schema import pending_schema
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
@@ -57,9 +58,6 @@ ENTRY_DELETED = (
     "entry deleted from the stream (XDEL or trim) while still pending: its fields are gone; "
     "acknowledge it (XACK) to drop it from the pending entries list"
 )
-
-# Rows per yielded batch, as the range reader yields them (Spark's Arrow path likes big ones).
-TARGET_BATCH_ROWS = 10_000
 
 # One row of an extended XPENDING reply: [entry_id, consumer, idle_ms, delivery_count].
 PendingRow = Sequence[Any]
