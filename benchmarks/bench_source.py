@@ -1,6 +1,6 @@
 """Source benchmark: 1,000,000 envelopes read end to end, beside raw baselines in the same run.
 
-    python benchmarks/bench_source.py [--rows 1000000] [--repeat 3] [--url redis://...]
+    python benchmarks/bench_source.py [--rows 1000000] [--repeat 3] [--url redis://...] [--label L]
 
 Publishes envelopes of the wire format (8 fields, about 424 bytes) to one stream of a private
 redis-server (or --url), then measures, each as the best of --repeat runs:
@@ -492,6 +492,7 @@ def main() -> None:
         action="store_true",
         help="with --url: keep the stream if it already holds exactly --rows entries",
     )
+    parser.add_argument("--label", help="writes source-LABEL.json (source-5M-LABEL.json, ...)")
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -510,6 +511,7 @@ def main() -> None:
             publish_rate = publish(url, args.rows)
 
         entry_bytes = redis.Redis.from_url(url).memory_usage(STREAM) or 0
+        redis_version = redis.Redis.from_url(url).info("server")["redis_version"]
         sample_fields = envelope(0)
         wire_bytes = sum(len(k) + len(v.encode()) for k, v in sample_fields.items())
 
@@ -605,6 +607,7 @@ def main() -> None:
     report = {
         "benchmark": "source",
         "rows": args.rows,
+        "redis_version": redis_version,
         "envelope_wire_bytes": wire_bytes,
         "stream_memory_bytes": entry_bytes,
         "publish_rows_per_s": None if publish_rate != publish_rate else round(publish_rate),
@@ -654,6 +657,8 @@ def main() -> None:
         "reachable_vs_raw_per_run": [round(b, 3) for b in bounds],
     }
     results_file = results_for(RESULTS, args.rows)
+    if args.label:
+        results_file = results_file.with_name(f"{results_file.stem}-{args.label}.json")
     write_report(results_file, report, load_before, os.getloadavg())
     table = [
         ("atlasbus readStream -> noop, availableNow, local[2]", best["spark"]),
