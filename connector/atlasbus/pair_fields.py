@@ -70,35 +70,38 @@ def _gathered(data: Any, value_offsets: Any, places: Any) -> Any:
     where each name's bytes start and end; how many entries have each name).
 
     Arrow's ``take`` did it a column at a time for about 26 ns a value; the values are mostly
-    shorter than 16 bytes, which ``copy_bytes`` moves without calling memcpy.
+    shorter than 16 bytes, which ``copy_bytes`` moves without calling memcpy. Entry by entry,
+    every name's value at once: a name at a time went through a page's values (3.4 MB for
+    10,000 envelopes, more than the cache holds) once per name, and took 7-22% longer.
     """
     count, entries = places.shape
     counts = np.zeros(count, np.int64)
-    data_starts = np.zeros(count + 1, np.int64)
-    for index in range(count):
-        size = 0
-        for entry in range(entries):
+    sizes = np.zeros(count, np.int64)
+    for entry in range(entries):
+        for index in range(count):
             field = places[index, entry]
             if field != _ABSENT:
-                size += value_offsets[field + 1] - value_offsets[field]
+                sizes[index] += value_offsets[field + 1] - value_offsets[field]
                 counts[index] += 1
-        data_starts[index + 1] = data_starts[index] + size
+    data_starts = np.zeros(count + 1, np.int64)
+    for index in range(count):
+        data_starts[index + 1] = data_starts[index] + sizes[index]
     gathered = np.empty(max(data_starts[count], 1), np.uint8)
     offsets = np.zeros((count, entries + 1), np.int32)
+    ends = data_starts[:count].copy()  # where each name's next value goes
+    rows = np.zeros(count, np.int64)  # each name's values gathered so far
     source, target = data.ctypes.data, gathered.ctypes.data
-    for index in range(count):
-        at = data_starts[index]
-        row = 0
-        for entry in range(entries):
+    for entry in range(entries):
+        for index in range(count):
             field = places[index, entry]
             if field == _ABSENT:
                 continue
             start = value_offsets[field]
             size = value_offsets[field + 1] - start
-            copy_bytes(target, at, source, start, size)
-            at += size
-            row += 1
-            offsets[index, row] = at - data_starts[index]
+            copy_bytes(target, ends[index], source, start, size)
+            ends[index] += size
+            rows[index] += 1
+            offsets[index, rows[index]] = ends[index] - data_starts[index]
     return gathered, offsets, data_starts, counts
 
 
