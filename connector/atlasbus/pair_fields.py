@@ -76,19 +76,17 @@ def _gathered(data: Any, value_offsets: Any, places: Any) -> Any:
     """
     count, entries = places.shape
     counts = np.zeros(count, np.int64)
-    sizes = np.zeros(count, np.int64)
+    data_starts = np.zeros(count + 1, np.int64)  # each name's size, then summed
     for entry in range(entries):
         for index in range(count):
             field = places[index, entry]
             if field != _ABSENT:
-                sizes[index] += value_offsets[field + 1] - value_offsets[field]
+                data_starts[index + 1] += value_offsets[field + 1] - value_offsets[field]
                 counts[index] += 1
-    data_starts = np.zeros(count + 1, np.int64)
     for index in range(count):
-        data_starts[index + 1] = data_starts[index] + sizes[index]
+        data_starts[index + 1] += data_starts[index]
     gathered = np.empty(max(data_starts[count], 1), np.uint8)
     offsets = np.zeros((count, entries + 1), np.int32)
-    ends = data_starts[:count].copy()  # where each name's next value goes
     rows = np.zeros(count, np.int64)  # each name's values gathered so far
     source, target = data.ctypes.data, gathered.ctypes.data
     for entry in range(entries):
@@ -98,10 +96,10 @@ def _gathered(data: Any, value_offsets: Any, places: Any) -> Any:
                 continue
             start = value_offsets[field]
             size = value_offsets[field + 1] - start
-            copy_bytes(target, ends[index], source, start, size)
-            ends[index] += size
-            rows[index] += 1
-            offsets[index, rows[index]] = ends[index] - data_starts[index]
+            row = rows[index]
+            copy_bytes(target, data_starts[index] + offsets[index, row], source, start, size)
+            offsets[index, row + 1] = offsets[index, row] + size
+            rows[index] = row + 1
     return gathered, offsets, data_starts, counts
 
 
