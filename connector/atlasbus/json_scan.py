@@ -8,6 +8,8 @@ would rather leave it to orjson.
 
 from __future__ import annotations
 
+import numpy as np
+
 from atlasbus.compiled import (
     NO_BITS,
     Word,
@@ -48,39 +50,52 @@ def after_string(data: int, pos: int, end: int, escapes: bool) -> int:
 
     -1 at a control byte, an escape JSON does not have, a lone surrogate escape (orjson
     refuses it), an unclosed string, or any escape when ``escapes`` is False.
+    """
+    after: int = scan_string(data, pos, end, escapes)[0]
+    return after
+
+
+@inlined
+def scan_string(data: int, pos: int, end: int, escapes: bool) -> tuple[int, Word]:
+    """``after_string``, and the OR of the bytes read on the way (``has_high_byte`` of it):
+    every byte of the string's text, and some bytes after its closing quote.
 
     The text is read a word at a time, and a word with a quote, a backslash or a control byte
     goes straight to the first: a byte at a time cost four times as much on long values, and
     going byte by byte through the word that holds the closing quote (all of a short string)
     a third of the payload check's time.
     """
+    seen = NO_BITS
     while pos < end:
         if pos + 8 <= end:
-            stops = _string_stops(word_at(data, pos))
+            word = word_at(data, pos)
+            seen |= word
+            stops = _string_stops(word)
             if stops == NO_BITS:
                 pos += 8
                 continue
             pos += first_marked(stops)
         byte = byte_at(data, pos)
         if byte == _QUOTE:
-            return pos + 1
+            return pos + 1, seen
         if byte < _SPACE:
-            return -1
+            return -1, seen
         if byte == _BACKSLASH:
             if not escapes or pos + 1 >= end:
-                return -1
+                return -1, seen
             escaped = byte_at(data, pos + 1)
             if escaped == _LOWER_U:
                 pos = _after_unicode_escape(data, pos, end)
                 if pos < 0:
-                    return -1
+                    return -1, seen
                 continue
             if escaped not in _SIMPLE_ESCAPES:
-                return -1
+                return -1, seen
             pos += 2
             continue
+        seen |= np.uint64(byte)
         pos += 1  # within the last 7 bytes, read one at a time
-    return -1
+    return -1, seen
 
 
 @compiled
