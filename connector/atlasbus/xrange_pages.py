@@ -18,7 +18,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 import numpy as np
@@ -88,16 +88,16 @@ class KeptReplies:
         run_key: tuple[bytes, ...] | str | None = None  # what the run's walks share
         for piece in self._pieces():
             if isinstance(piece, list):
-                self._cut_run(run, parts)
+                self._cut_run(run, run_key, parts)
                 run, run_key = [], None
                 self._add_entries(piece, parts)
                 continue
             piece, key = self._keyed(piece)
             if key != run_key:
-                self._cut_run(run, parts)
+                self._cut_run(run, run_key, parts)
                 run, run_key = [], key
             run.append(piece)
-        self._cut_run(run, parts)
+        self._cut_run(run, run_key, parts)
         self.release(self.buffer)
         return parts
 
@@ -129,21 +129,21 @@ class KeptReplies:
             raise InvalidResponse("an XRANGE reply walked whole did not walk into names again")
         return pairs
 
-    def _cut_run(self, walks: list[ReplyWalk], parts: list[Part]) -> None:
-        """Cut a run (walks of one key, ``_keyed``: all pair walks, or all walks by one
-        layout) into one part."""
+    def _cut_run(
+        self, walks: list[ReplyWalk], key: tuple[bytes, ...] | str | None, parts: list[Part]
+    ) -> None:
+        """Cut a run (walks of one ``key``, ``_keyed``: walks by the layout of those field
+        names, or pair walks) into one part."""
         if not walks:
             return
-        layout_walks = [walk for walk in walks if isinstance(walk, Walk)]
-        cut = cut_replies(self.buffer, layout_walks) if layout_walks else None
-        if cut is None:  # pair walks (never None for one layout: cut into names then)
+        if isinstance(key, tuple):  # ``_keyed`` keys only walks by layout by their names
+            self._add_cut(cut_replies(self.buffer, cast(list[Walk], walks), key), parts)
+        else:
             pair_walks = [
                 walk if isinstance(walk, PairWalk) else self._walked_in_pairs(walk)
                 for walk in walks
             ]
             self._add_cut(cut_pairs(self.buffer, pair_walks), parts)
-        else:
-            self._add_cut(cut, parts)
 
     @staticmethod
     def _add_cut(cut: ColumnPage | PairPage, parts: list[Part]) -> None:

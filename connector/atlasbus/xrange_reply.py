@@ -379,26 +379,28 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
 
 
 def cut_reply(buf: np.ndarray, walk: Walk) -> ColumnPage | None:
-    """The completely walked reply as columns; None when it repeats a field name."""
-    return cut_replies(buf, [walk])
+    """The completely walked reply as columns; None when it repeats a field name (the
+    general path keeps the last value)."""
+    names = walk.names(buf) if walk.entries else []
+    if len(set(names)) != len(names):
+        return None
+    return cut_replies(buf, [walk], names)
 
 
-def cut_replies(buf: np.ndarray, walks: Sequence[Walk]) -> ColumnPage | None:
-    """Completely walked replies in ``buf`` as one page of columns, their entries in order.
+def cut_replies(buf: np.ndarray, walks: Sequence[Walk], names: Sequence[bytes]) -> ColumnPage:
+    """Completely walked replies in ``buf``, each of the field layout ``names`` (no name
+    twice), as one page of columns, their entries in order.
 
     One gather for them all: a micro-batch's pages cut one by one and then joined cost the
     reader 6% more CPU (each page's Python calls and arrays, and the join's copy of every
-    byte). None when the replies' field layouts differ, or repeat a name.
+    byte). The caller has the names from grouping the walks by layout: reading each walk's
+    again here was 7 ns an entry.
     """
     walks = [walk for walk in walks if walk.entries]
     if not walks:
         return ColumnPage(pa.array([], pa.binary()), [], {})
-    names = walks[0].names(buf)
-    if any(walk.names(buf) != names for walk in walks[1:]):
-        return None
+    names = list(names)
     width = len(names)
-    if len(set(names)) != width:  # a repeated name: the general path keeps the last value
-        return None
     id_start, id_length, value_start, value_length = _joined_places(walks)
     entries = len(id_start)
     offsets, data, bounds = _gather(buf, id_start, id_length, value_start, value_length, width)
