@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import STREAM, envelope
-from run_report import write_report
+from run_report import pyplot, write_report
 
 RESULTS = Path(__file__).parent / "results" / "decode.json"
 CONNECTOR = Path(__file__).parent.parent / "connector"  # this checkout's
@@ -183,14 +183,9 @@ def main() -> None:
 
 
 def chart(best: dict[str, dict[str, float]], steps: list[str], path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed: no chart drawn")
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     figure, axes = plt.subplots(figsize=(7, 3.8))
     height = 0.8 / len(best)
     for index, (name, figures) in enumerate(best.items()):

@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 
 RESULTS = Path(__file__).parent / "results" / "layouts.json"
 STREAMS = {
@@ -189,14 +189,9 @@ def main() -> None:
 
 
 def chart(best: dict[str, float], every: int, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed: no chart drawn")
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     figure, axes = plt.subplots(figsize=(7, 3.6))
     names = list(best)
     axes.barh(range(len(names)), [best[n] for n in names], color="tab:blue")

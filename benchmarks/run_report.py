@@ -29,3 +29,17 @@ def write_report(
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing to files (no display), or None, said once, when
+    matplotlib is not installed: a benchmark's figures matter more than its chart."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no chart drawn")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
