@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import STREAM, envelope
+from bench_source import STREAM, publish
 from run_report import pyplot, write_report
 
 RESULTS = Path(__file__).parent / "results" / "decode.json"
@@ -135,8 +135,6 @@ def main() -> None:
         print(json.dumps(measure(args.measure)))
         return
 
-    import redis
-
     from atlasbus.sandbox.redis_server import RedisServer
 
     server = RedisServer().start()
@@ -145,11 +143,7 @@ def main() -> None:
         versions["against"] = args.against
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in versions}
     try:
-        client = redis.Redis.from_url(server.url)
-        pipe = client.pipeline(transaction=False)
-        for index in range(ENTRIES):
-            pipe.xadd(STREAM, envelope(index))
-        pipe.execute()
+        publish(server.url, ENTRIES)
         load_before = os.getloadavg()
         for _ in range(args.rounds):
             for name, connector in versions.items():
