@@ -47,6 +47,7 @@ class Publisher(threading.Thread):
         burst: int = BURST,
         new_correlation_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         malformed: Callable[[str], bool] = lambda correlation_id: False,
+        not_utf8: Callable[[str], bool] = lambda correlation_id: False,
     ) -> None:
         super().__init__(daemon=True)
         self.client = redis.Redis.from_url(url)
@@ -54,6 +55,7 @@ class Publisher(threading.Thread):
         self.total, self.per_second, self.burst = total, per_second, burst
         self.new_correlation_id = new_correlation_id
         self.malformed = malformed  # by correlation ID: published with priority "high"
+        self.not_utf8 = not_utf8  # by correlation ID: a payload string holding byte 0xFF
         self.correlation_ids: list[str] = []
         self.error: BaseException | None = None
 
@@ -71,7 +73,7 @@ class Publisher(threading.Thread):
                     fields = {
                         "topic": topic,
                         "priority": "high" if self.malformed(cid) else "3",
-                        "payload": json.dumps({"cid": cid}),
+                        "payload": _payload(cid, self.not_utf8(cid)),
                         "correlation_id": cid,
                         "tracing": "{}",
                         "metadata": "{}",
@@ -86,6 +88,12 @@ class Publisher(threading.Thread):
                 time.sleep(tick)
         except BaseException as exc:  # reported by the test
             self.error = exc
+
+
+def _payload(correlation_id: str, not_utf8: bool) -> bytes:
+    """A JSON object; with ``not_utf8`` its second string holds a byte UTF-8 never has."""
+    text = json.dumps({"cid": correlation_id}).encode()
+    return text[:-1] + b', "note": "\xff"}' if not_utf8 else text
 
 
 def _start_query(args: list[str], log: Path | None = None) -> tuple[subprocess.Popen[str], float]:

@@ -1,7 +1,8 @@
 """Retention, the reaper, malformed entries and the bus's own deletions, across driver SIGKILLs.
 
 While a publisher appends to topics a and b (about one entry in 50 malformed: its priority is
-not a number), the bus's consumer group ``bus`` reads every entry and acks all but the poison
+not a number; another one in 50 with a payload whose JSON string holds a byte that is not
+UTF-8, so the pages holding it leave the all-ASCII path), the bus's consumer group ``bus`` reads every entry and acks all but the poison
 ones (another one in 50), and a cleaner thread XDELs entries every
 consumer is past (the bus's XDEL-after-ack habit). The query, in a child process SIGKILLed
 three times and restarted on its checkpoint, mirrors its position to the group ``query``,
@@ -55,9 +56,14 @@ def is_malformed(correlation_id: str) -> bool:
     return int(correlation_id, 16) % 50 == 1
 
 
+def is_not_utf8(correlation_id: str) -> bool:
+    """The entries published with a payload that is not UTF-8: about one in 50."""
+    return int(correlation_id, 16) % 50 == 2
+
+
 def healthy() -> str:
     """A correlation ID the bus's consumer acknowledges, of a well-formed entry."""
-    while is_poison(cid := uuid.uuid4().hex) or is_malformed(cid):
+    while is_poison(cid := uuid.uuid4().hex) or is_malformed(cid) or is_not_utf8(cid):
         pass
     return cid
 
@@ -109,7 +115,7 @@ class Cleaner(threading.Thread):
 
     def __init__(self, url: str, prefix: str, bus: BusConsumer) -> None:
         super().__init__(daemon=True)
-        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.client = redis.Redis.from_url(url)  # bytes: some payloads are not UTF-8
         self.streams = [f"{prefix}:{topic}" for topic in TOPICS]
         self.bus = bus
         self.deleted = 0
@@ -127,12 +133,15 @@ class Cleaner(threading.Thread):
             self.error = exc
 
     def clean(self, stream: str) -> None:
-        head = self.client.xrange(stream, count=1)
-        if head and stream in self.first and head[0][0] != self.first[stream]:
+        head = [entry_id.decode() for entry_id, _ in self.client.xrange(stream, count=1)]
+        if head and stream in self.first and head[0] != self.first[stream]:
             self.first_moved += 1  # deleted or trimmed while the query runs
         if head:
-            self.first[stream] = head[0][0]
-        groups = {g["name"]: g["last-delivered-id"] for g in self.client.xinfo_groups(stream)}
+            self.first[stream] = head[0]
+        groups = {
+            g["name"].decode(): g["last-delivered-id"].decode()
+            for g in self.client.xinfo_groups(stream)
+        }
         processed = self.bus.processed.get(stream)
         if "query" not in groups or processed is None:
             return
@@ -142,7 +151,8 @@ class Cleaner(threading.Thread):
         poison = frozenset(self.bus.poison)  # copied at once: the bus's thread adds to it
         pending = {i for s, i in poison if s == stream}  # the bus never acks them
         entries = self.client.xrange(stream, "-", f"({bound}", count=300)
-        doomed = [entry_id for entry_id, _ in entries if entry_id not in pending]
+        doomed = [entry_id.decode() for entry_id, _ in entries]
+        doomed = [entry_id for entry_id in doomed if entry_id not in pending]
         if doomed:
             self.deleted += self.client.xdel(stream, *doomed)
 
@@ -211,11 +221,10 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
         args += ["--source-option", option]
     log = tmp_path / "query.log"
 
-    publisher = Publisher(
-        redis_url, prefix, total=TOTAL, per_second=100, burst=300, malformed=is_malformed
-    )
+    bad = {"malformed": is_malformed, "not_utf8": is_not_utf8}
+    publisher = Publisher(redis_url, prefix, total=TOTAL, per_second=100, burst=300, **bad)
     backlog = Publisher(  # one pipeline of BACKLOG entries, run in this thread
-        redis_url, prefix, total=BACKLOG, per_second=10 * BACKLOG, malformed=is_malformed
+        redis_url, prefix, total=BACKLOG, per_second=10 * BACKLOG, **bad
     )
     bus = BusConsumer(redis_url, prefix)
     cleaner = Cleaner(redis_url, prefix, bus)
@@ -280,13 +289,14 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
 
     written = [row["correlation_id"] for row in spark.read.parquet(str(out)).collect()]
     poison = {cid for cid in published if is_poison(cid)}
-    malformed = {cid for cid in published if is_malformed(cid)}
+    not_utf8 = {cid for cid in published if is_not_utf8(cid)}
+    malformed = {cid for cid in published if is_malformed(cid)} | not_utf8
     print(
         f"{while_publishing} of {KILLS} kills while publishing; cleaner deleted "
         f"{cleaner.deleted} entries; heads moved {cleaner.first_moved} times; {len(poison)} poison and {len(malformed)} malformed entries"
     )
     assert len(published) == TOTAL + BACKLOG + 20
-    assert len(malformed) > 100  # about one in 50 of 24,020
+    assert len(malformed) - len(not_utf8) > 100 and len(not_utf8) > 100  # each 1 in 50 of 24,020
     well_formed = [cid for cid in published if raw or cid not in malformed]
     label = "parquet, format=raw, trim + XDEL" if raw else "parquet, trim + sweep + XDEL"
     _report(label, well_formed, written, restarts, kills=KILLS + 1)
@@ -313,7 +323,9 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
     assert len(swept) == len(poison)
     decoded = letters[letters["stage"] == "source-decode"]
     assert Counter(decoded["correlation_id"]) == Counter(malformed)
-    assert set(decoded["reason"]) == {"invalid-integer"}
+    reasons = dict(zip(decoded["correlation_id"], decoded["reason"], strict=True))
+    assert {cid for cid, reason in reasons.items() if reason == "invalid-utf8"} == not_utf8
+    assert set(reasons.values()) == {"invalid-integer", "invalid-utf8"}
 
 
 def group_position(r: redis.Redis, stream: str, group: str) -> bytes | None:
