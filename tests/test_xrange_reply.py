@@ -9,13 +9,9 @@ the page's entries.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import hiredis
@@ -25,7 +21,6 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from atlasbus import xrange_reply
 from atlasbus.column_page import ColumnPage, MixedPage, PairPage
 from atlasbus.connection import RedisEndpoint, raw_connection
 from atlasbus.xrange_pages import XrangePages
@@ -596,43 +591,3 @@ def test_pipelined_replies_of_any_layouts_are_cut_into_one_page_equal_to_hiredis
     assert as_entries(page) == expected
     counts = [len(fields) // 2 for _, fields in expected]
     assert page.field_offsets.to_pylist() == np.concatenate([[0], np.cumsum(counts)]).tolist()
-
-
-def test_compiles_where_neither_the_module_nor_the_user_can_cache(tmp_path: Any) -> None:
-    """A read-only installation run by a user without a home directory: numba refuses to
-    compile a cached function when it can write to neither place it caches, so the code
-    is cached in the temporary directory instead, and the cutter works."""
-    package = tmp_path / "readonly"
-    package.mkdir()
-    module = Path(xrange_reply.__file__).read_text()
-    (package / "copied_xrange_reply.py").write_text(module)
-    (package / "__pycache__").write_text("a file where numba would make its cache directory")
-    not_a_directory = tmp_path / "home-is-a-file"
-    not_a_directory.write_text("")
-    temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    script = (
-        "import numpy as np, copied_xrange_reply as x\n"
-        "reply = b'*1\\r\\n*2\\r\\n$3\\r\\n1-1\\r\\n*2\\r\\n$1\\r\\na\\r\\n$1\\r\\nb\\r\\n'\n"
-        "buf = np.frombuffer(reply, np.uint8).copy()\n"
-        "walk = x.Walk()\n"
-        "assert x.walk_reply(buf, len(reply), walk) == x.COMPLETE\n"
-        "page = x.cut_reply(buf, walk)\n"
-        "print(page.ids.to_pylist(), page.columns[b'a'].to_pylist())\n"
-    )
-    environment = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(package), *sys.path]),
-        "HOME": str(not_a_directory),
-        "XDG_CACHE_HOME": str(not_a_directory / "cache"),
-        "TMPDIR": str(temporary),
-    }
-    environment.pop("NUMBA_CACHE_DIR", None)
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=environment, capture_output=True, text=True
-    )
-
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[b'1-1'] [b'b']"
-    cached = list((temporary / "atlasbus-numba-cache").rglob("copied_xrange_reply._walk-*.nbi"))
-    assert len(cached) == 1

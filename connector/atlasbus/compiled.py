@@ -8,9 +8,12 @@ the compiler.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import numba
@@ -19,6 +22,7 @@ import pyarrow as pa
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.caching import FunctionCache
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
@@ -41,7 +45,8 @@ def compiled(function: Callable[..., Any]) -> Any:
 
     numba caches beside the module or in the user's cache directory, and refuses to compile
     (at import) when it can write to neither: a read-only installation run by a user without
-    a home directory. The temporary directory serves then.
+    a home directory. The temporary directory serves then. The code cached for one set of
+    atlasbus's sources is never loaded for another (``_PackageCache``).
     """
     return _jit(function)
 
@@ -56,11 +61,37 @@ def inlined(function: Callable[..., Any]) -> Any:
 
 
 def _jit(function: Callable[..., Any], **options: Any) -> Any:
+    dispatcher = njit(nogil=True, **options)(function)
     try:
-        return njit(cache=True, nogil=True, **options)(function)
+        dispatcher._cache = _PackageCache(function)
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
         numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
-        return njit(cache=True, nogil=True, **options)(function)
+        dispatcher._cache = _PackageCache(function)
+    return dispatcher
+
+
+class _PackageCache(FunctionCache):  # type: ignore[misc]
+    """numba's cache of a compiled loop, valid only for the atlasbus sources it was built from.
+
+    numba keys a loop's machine code on its own module's text and its own bytecode. The
+    helpers compiled into it (``inlined``, the scanners of ``atlasbus.json_scan``) and the
+    constants it reads live in other modules, so a release that changed only those would
+    run the old code, cached beside the module and kept by pip across the upgrade.
+    """
+
+    def _index_key(self, signature: Any, codegen: Any) -> Any:
+        return (*super()._index_key(signature, codegen), _package_sources())
+
+
+@functools.cache
+def _package_sources() -> str:
+    """A digest of every Python source of the atlasbus package, read once a process (5 ms)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(str(source.relative_to(package)).encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
 
 
 def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:
