@@ -42,6 +42,7 @@ import deltalake
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
+from run_report import pyplot
 
 from atlasbus.dead_letters import SOURCE_DECODE, DeadLetter, DeadLetterTable, QueryContext
 from atlasbus.dead_letters.table import MAX_COMMIT_ATTEMPTS, _as_table
@@ -257,10 +258,9 @@ def concurrent(base: str, tmp: Path, pages: int, letters: int) -> list[dict[str,
 
 
 def chart(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method, style in zip(METHODS, ("o-", "s-", "^--"), strict=True):

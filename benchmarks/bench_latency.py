@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
@@ -351,10 +351,9 @@ def spark_floor(spark: Any, url: str, seconds: float, sink: str) -> dict[str, An
 
 
 def chart(runs: list[dict[str, Any]], floors: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     labels = [f"{r['rate'] // 1000}k/s\n{r['sink']}" for r in runs]

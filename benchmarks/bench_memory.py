@@ -40,7 +40,7 @@ from bench_latency import _xadd_command
 from bench_source import envelope
 from cpu_meter import is_daemon, proc_stat
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -209,10 +209,9 @@ def run_phase(spark: Any, url: str, topic: str, rows: int, sink: str) -> dict[st
 
 
 def chart(phases: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     figure, axis = plt.subplots(figsize=(9, 3.8))
     labels = [f"{p['rows'] // 1_000_000}M\n{p['phase']}" for p in phases]

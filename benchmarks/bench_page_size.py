@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import STREAM, STREAM_PREFIX, TOPIC, publish, results_for, time_slices
 from cpu_meter import RedisCpu
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 
 from atlasbus.source_options import DEFAULT_PAGE_SIZE
 
@@ -140,13 +140,9 @@ def print_table(figures: dict[int, dict[str, float]], default: int) -> None:
 
 def chart(figures: dict[int, dict[str, float]], rows: int, path: Path) -> None:
     """CPU per entry by process (left) and the other client's XADD latency (right)."""
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed: no chart drawn")
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     sizes = list(figures)
     labels = [f"{s:,}" for s in sizes]

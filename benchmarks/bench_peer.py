@@ -63,7 +63,7 @@ from bench_source import (
 )
 from cpu_meter import RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 from served_process import ServedProcess
 from session_process import ONE_TASK_PER_CORE, SparkSessionProcess
 
@@ -143,10 +143,9 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def chart(rows_per_s: dict[str, tuple[float, float]], path: Path, rows: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     labels = list(rows_per_s)
     end_to_end = [rows_per_s[k][0] / 1000 for k in labels]

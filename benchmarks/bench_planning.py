@@ -57,6 +57,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from run_report import pyplot
+
 RESULTS = Path(__file__).parent / "results" / "planning.json"
 QUERIES = ("plain", "cap", "group")
 CASES = ("start", "first", "steady", "idle")
@@ -249,10 +251,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def chart(runs: dict[str, Any], label: str, path: Path) -> None:
     """This run's best times beside the run labelled ``before`` (dashed), if there is one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     labels = [name for name in ("before", label) if name in runs]
     fig, axes = plt.subplots(1, len(QUERIES), figsize=(5 * len(QUERIES), 4), sharey=True)
@@ -347,10 +348,7 @@ def main() -> None:
     }
     results.parent.mkdir(exist_ok=True)
     results.write_text(json.dumps(report, indent=2) + "\n")
-    try:
-        chart(report["runs"], args.label, chart_path)
-    except ImportError:
-        print("matplotlib is not installed: no chart drawn")
+    chart(report["runs"], args.label, chart_path)
     print(f"wrote {results}" + (f" and {chart_path}" if chart_path.exists() else ""))
 
 

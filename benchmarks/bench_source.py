@@ -54,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 
 STREAM_PREFIX = "bench"
 TOPIC = "orders"
@@ -715,13 +715,9 @@ def chart(
     table: list[tuple[str, float]], raw: float, cpu: dict[str, CpuSeconds], rows: int, path: Path
 ) -> None:
     """Rates (left) and CPU seconds per million entries by process (right), best runs."""
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib is not installed: no chart drawn")
+    plt = pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     labels = [label.strip() for label, _ in table]

@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 from session_process import QUERIES, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
@@ -48,10 +48,9 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def chart(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     figure, axis = plt.subplots(figsize=(9, 3.5))
     labels, medians, lows, highs = [], [], [], []

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
-from run_report import write_report
+from run_report import pyplot, write_report
 from session_process import SparkSessionProcess
 
 from pyspark_atlasbus.session import WORKER_DAEMON
@@ -58,10 +58,9 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def chart(figures: dict[str, Any], path: Path, rows: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     width = 0.38
