@@ -503,15 +503,16 @@ def main() -> None:
     try:
         import redis
 
-        if args.reuse and args.url and redis.Redis.from_url(url).xlen(STREAM) == args.rows:
+        client = redis.Redis.from_url(url)  # the benchmark's own questions, between the runs
+        if args.reuse and args.url and client.xlen(STREAM) == args.rows:
             print(f"reusing the {args.rows:,} envelopes in {STREAM}", flush=True)
             publish_rate = float("nan")
         else:
             print(f"publishing {args.rows:,} envelopes to {STREAM} ...", flush=True)
             publish_rate = publish(url, args.rows)
 
-        entry_bytes = redis.Redis.from_url(url).memory_usage(STREAM) or 0
-        redis_version = redis.Redis.from_url(url).info("server")["redis_version"]
+        entry_bytes = client.memory_usage(STREAM) or 0
+        redis_version = client.info("server")["redis_version"]
         sample_fields = envelope(0)
         wire_bytes = sum(len(k) + len(v.encode()) for k, v in sample_fields.items())
 
@@ -521,7 +522,8 @@ def main() -> None:
         checkpoints = Path(tempfile.mkdtemp(prefix="atlasbus-bench-"))
         # Warm-up: Python workers start on the first query. It reads a bounded range to its
         # end: a limit() would cut the workers off mid-write and make pyspark print tracebacks.
-        tenth = redis.Redis.from_url(url).xrange(STREAM, count=10)[-1][0].decode()
+        tenth = client.xrange(STREAM, count=10)[-1][0].decode()
+        client.close()
         warm_up = spark.read.format("atlasbus").option("url", url).option("topics", TOPIC)
         warm_up = warm_up.option("streamPrefix", STREAM_PREFIX)
         warm_up.option("endingOffsets", json.dumps({TOPIC: tenth})).load().count()

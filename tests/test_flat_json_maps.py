@@ -180,6 +180,31 @@ def test_a_quote_backslash_or_control_byte_is_seen_wherever_it_lies_in_a_word() 
             assert maps is None  # an escape, a control byte or a broken string: orjson's path
 
 
+def test_a_byte_past_ascii_is_seen_wherever_it_lies_in_a_key_or_a_value() -> None:
+    """The keys and values are found to be ASCII (and so valid UTF-8 as they lie) by the
+    string scans that find their ends, 8 bytes at a time and the last few one by one: an
+    invalid byte at any offset of a key or a value, in any row, must still be an error row
+    naming the field, and valid UTF-8 there must be taken as it is."""
+    for length in (1, 7, 8, 9, 16, 17):
+        for at in range(length):
+            for where in ("key", "value"):
+                for odd, is_valid in ((b"\xff", False), (b"\xc3\xa9", True)):
+                    text = b"a" * at + odd + b"b" * (length - at - 1)
+                    pair = (text, b"v") if where == "key" else (b"k", text)
+                    value = b'{"' + pair[0] + b'": "' + pair[1] + b'"}'
+                    texts = [b'{"plain": "' + b"c" * 30 + b'"}', value]
+                    maps = flat_string_maps(pa.array(texts, pa.binary()))
+                    rows, reasons = decoded(column_page_of(entries_of(texts)))
+                    if is_valid:
+                        expected = [(pair[0].decode(), pair[1].decode())]
+                        assert maps is not None and maps.to_pylist()[1] == expected, value
+                        assert reasons is None and rows[1]["tracing"] == expected
+                    else:
+                        assert maps is None, value
+                        assert reasons == [None, "invalid-utf8"], value
+                        assert rows[1]["error"].startswith("field 'tracing' is not valid UTF-8")
+
+
 def test_the_tightest_objects_fit_the_buffers_sized_from_the_column() -> None:
     """Keys and values are copied in one pass into buffers sized for the most pairs a
     column's bytes can hold: objects of nothing but the shortest pairs fill them."""
