@@ -42,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
@@ -468,7 +468,7 @@ def main() -> None:
     results = RESULTS.with_name(f"latency-{args.label}.json") if args.label else RESULTS
     write_report(results, report, load_before, load_after)
     chart(runs, floors, results.with_suffix(".png"))
-    print(f"results in {results}, chart in {results.with_suffix('.png')}")
+    print(f"results in {results}{chart_note(results.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

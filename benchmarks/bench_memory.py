@@ -40,7 +40,7 @@ from bench_latency import _xadd_command
 from bench_source import envelope
 from cpu_meter import is_daemon, proc_stat
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -294,7 +294,7 @@ def main() -> None:
     }
     write_report(RESULTS, report, load_before, load_after)
     chart(phases, CHART)
-    print(f"results in {RESULTS}, chart in {CHART}")
+    print(f"results in {RESULTS}{chart_note(CHART)}")
 
 
 if __name__ == "__main__":

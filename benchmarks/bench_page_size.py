@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import STREAM, STREAM_PREFIX, TOPIC, publish, results_for, time_slices
 from cpu_meter import RedisCpu
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 
 from atlasbus.source_options import DEFAULT_PAGE_SIZE
 
@@ -227,7 +227,7 @@ def main() -> None:
     }
     write_report(results, report, load_before, load_after)
     chart(summary, args.rows, results.with_suffix(".png"))
-    print(f"\nwrote {results} and {results.with_suffix('.png')}")
+    print(f"\nwrote {results}{chart_note(results.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ from bench_source import (
 )
 from cpu_meter import RedisCpu, SparkCpu
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 from served_process import ServedProcess
 from session_process import ONE_TASK_PER_CORE, SparkSessionProcess
 
@@ -299,7 +299,7 @@ def main() -> None:
     }
     write_report(results, report, load_before, load_after)
     chart(rates, results.with_suffix(".png"), args.rows)
-    print(f"results in {results}, chart in {results.with_suffix('.png')}")
+    print(f"results in {results}{chart_note(results.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

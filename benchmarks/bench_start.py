@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 from session_process import QUERIES, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
@@ -155,7 +155,7 @@ def main() -> None:
     }
     write_report(RESULTS, report, load_before, load_after)
     chart(report, RESULTS.with_suffix(".png"))
-    print(f"results in {RESULTS}, chart in {RESULTS.with_suffix('.png')}")
+    print(f"results in {RESULTS}{chart_note(RESULTS.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_source import publish
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import chart_note, pyplot, write_report
 from session_process import SparkSessionProcess
 
 from pyspark_atlasbus.session import WORKER_DAEMON
@@ -186,7 +186,7 @@ def main() -> None:
     }
     write_report(results, report, load_before, load_after)
     chart(figures, results.with_suffix(".png"), args.rows)
-    print(f"results in {results}, chart in {results.with_suffix('.png')}")
+    print(f"results in {results}{chart_note(results.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

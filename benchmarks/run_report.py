@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -31,6 +32,7 @@ def write_report(
     path.write_text(json.dumps(report, indent=2) + "\n")
 
 
+@functools.cache
 def pyplot() -> Any:
     """matplotlib's pyplot drawing to files (no display), or None, said once, when
     matplotlib is not installed: a benchmark's figures matter more than its chart."""
@@ -43,3 +45,8 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def chart_note(path: Path) -> str:
+    """ ", chart in PATH" for a run's closing line, or nothing when no chart could be drawn."""
+    return f", chart in {path}" if pyplot() is not None else ""

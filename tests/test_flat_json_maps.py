@@ -181,10 +181,10 @@ def test_a_quote_backslash_or_control_byte_is_seen_wherever_it_lies_in_a_word() 
 
 
 def test_a_byte_past_ascii_is_seen_wherever_it_lies_in_a_key_or_a_value() -> None:
-    """The keys and values are found to be ASCII (and so valid UTF-8 as they lie) by the
-    string scans that find their ends, 8 bytes at a time and the last few one by one: an
-    invalid byte at any offset of a key or a value, in any row, must still be an error row
-    naming the field, and valid UTF-8 there must be taken as it is."""
+    """Keys and values copied as they lie are taken as UTF-8 when all their bytes are ASCII,
+    read 8 at a time and the last few one by one; others are checked. An invalid byte at any
+    offset of a key or a value must be an error row naming the field, and valid UTF-8 there
+    must be taken as it is."""
     for length in (1, 7, 8, 9, 16, 17):
         for at in range(length):
             for where in ("key", "value"):

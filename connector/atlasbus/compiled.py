@@ -8,7 +8,6 @@ the compiler.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import tempfile
@@ -62,12 +61,37 @@ def inlined(function: Callable[..., Any]) -> Any:
 
 def _jit(function: Callable[..., Any], **options: Any) -> Any:
     dispatcher = njit(nogil=True, **options)(function)
+    if numba.config.DISABLE_JIT:  # the plain function: nothing to cache
+        return dispatcher
     try:
         dispatcher._cache = _PackageCache(function)
     except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
         numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
         dispatcher._cache = _PackageCache(function)
     return dispatcher
+
+
+def _package_sources() -> str:
+    """A digest of the atlasbus package's Python sources (about 5 ms), taken at import, when
+    numba reads each loop's own module: code compiled later in a process that outlived an
+    upgrade is saved under the digest of the sources it was compiled from. A source that
+    cannot be read (an editor's lock file, say) cannot be imported either, and is left out.
+    """
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        if source.name.startswith("."):
+            continue
+        try:
+            text = source.read_bytes()
+        except OSError:
+            continue
+        digest.update(str(source.relative_to(package)).encode())
+        digest.update(text)
+    return digest.hexdigest()
+
+
+_PACKAGE_SOURCES = _package_sources()
 
 
 class _PackageCache(FunctionCache):  # type: ignore[misc]
@@ -80,18 +104,7 @@ class _PackageCache(FunctionCache):  # type: ignore[misc]
     """
 
     def _index_key(self, signature: Any, codegen: Any) -> Any:
-        return (*super()._index_key(signature, codegen), _package_sources())
-
-
-@functools.cache
-def _package_sources() -> str:
-    """A digest of every Python source of the atlasbus package, read once a process (5 ms)."""
-    package = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for source in sorted(package.rglob("*.py")):
-        digest.update(str(source.relative_to(package)).encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()
+        return (*super()._index_key(signature, codegen), _PACKAGE_SOURCES)
 
 
 def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:
