@@ -57,7 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from run_report import pyplot
+from run_report import chart_note, pyplot
 
 RESULTS = Path(__file__).parent / "results" / "planning.json"
 QUERIES = ("plain", "cap", "group")
@@ -349,7 +349,7 @@ def main() -> None:
     results.parent.mkdir(exist_ok=True)
     results.write_text(json.dumps(report, indent=2) + "\n")
     chart(report["runs"], args.label, chart_path)
-    print(f"wrote {results}" + (f" and {chart_path}" if chart_path.exists() else ""))
+    print(f"wrote {results}{chart_note(chart_path)}")
 
 
 if __name__ == "__main__":

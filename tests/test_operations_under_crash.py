@@ -2,15 +2,16 @@
 
 While a publisher appends to topics a and b (about one entry in 50 malformed: its priority is
 not a number; another one in 50 with a payload whose JSON string holds a byte that is not
-UTF-8, so the pages holding it leave the all-ASCII path), the bus's consumer group ``bus`` reads every entry and acks all but the poison
-ones (another one in 50), and a cleaner thread XDELs entries every
-consumer is past (the bus's XDEL-after-ack habit). The query, in a child process SIGKILLed
-three times and restarted on its checkpoint, mirrors its position to the group ``query``,
-trims with ``trimConsumed``, sweeps ``bus`` with ``sweepDelete`` and cuts each batch into
-three pieces by time (``minPartitions``). While it is down after the second kill, a backlog of
-12,000 entries arrives at once, so the next batch's tasks decode thousands of entries each, in
-several groups joined into one batch, with malformed entries among them. It runs with
-``failOnDataLoss`` on, so a false data-loss report would end it (and the test) at once.
+UTF-8, so the pages holding it leave the all-ASCII path), the bus's consumer group ``bus``
+reads every entry and acks all but the poison ones (another one in 50), and a cleaner thread
+XDELs entries every consumer is past (the bus's XDEL-after-ack habit). The query, in a child
+process SIGKILLed three times and restarted on its checkpoint, mirrors its position to the
+group ``query``, trims with ``trimConsumed``, sweeps ``bus`` with ``sweepDelete`` and cuts each
+batch into three pieces by time (``minPartitions``). While it is down after the second kill, a
+backlog of 12,000 entries arrives at once, so the next batch's tasks decode thousands of
+entries each, in several groups joined into one batch, with malformed entries among them. It
+runs with ``failOnDataLoss`` on, so a false data-loss report would end it (and the test) at
+once.
 
 A last run catches up, sweeps every poison entry, reads a few more entries and trims. Then:
 the output holds every well-formed published entry exactly once; the bus's group received every
