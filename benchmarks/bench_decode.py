@@ -1,13 +1,16 @@
-"""Where a page's decoding goes: CPU ns an entry of each step, this checkout against another.
+"""Where a reader's CPU goes: CPU ns an entry of each step, this checkout against another.
 
     python benchmarks/bench_decode.py [--against DIR] [--rounds 5] [--label L]
 
-A micro-batch's replies are received, cut into columns (``KeptReplies.cut``) and decoded
-(``atlasbus.decode.decode_envelope_page``). This times the last two, and each column's share
-of the decoding, on a hand-over of 10 XRANGE pages of 1,000 of bench_source.py's envelopes
-from a private redis-server, in one process without Spark: the steps the reader's CPU per
-entry is made of, without Redis's or Spark's noise. The payload's JSON check
-(``json_object_texts``) is also timed alone.
+A micro-batch's replies are received (``XrangePages``: each XRANGE sent, its reply read off
+the socket and walked), cut into columns (``KeptReplies.cut``) and decoded
+(``atlasbus.decode.decode_envelope_page``). This times the three, the receiving's parts and
+each column's share of the decoding, on a hand-over of 10 XRANGE pages of 1,000 of
+bench_source.py's envelopes from a private redis-server, in one process without Spark: the
+steps the reader's CPU per entry is made of, without Spark's noise. The receiving is timed
+on this thread (in a query it runs on a thread of its own); its parts are the thread's CPU
+in each call, the kernel's included (on a loopback socket, sending also runs the server's
+side of the receive). The payload's JSON check (``json_object_texts``) is also timed alone.
 
 This checkout's ``connector`` directory is measured, not the installed atlasbus. With
 ``--against DIR`` (another checkout's ``connector`` directory, e.g. from
@@ -48,17 +51,22 @@ COLUMN_STEPS = (
     "_text_column",
     "_timestamps_of",
 )
+# The receiving's parts: (where the function lies, its name); timed where a checkout has it.
+RECEIVING_STEPS = {
+    "XRANGE sent (redis-py, kernel)": ("pages", "send"),
+    "socket read (recv_into)": ("pages", "_receive"),
+    "replies walked (compiled)": ("module", "walk_reply"),
+}
 
 
 def measure(url: str) -> dict[str, float]:
     """In the measuring process: best CPU ns an entry of each step, over ``CALLS`` calls."""
     import redis
 
-    from atlasbus import decode
+    from atlasbus import decode, xrange_pages
     from atlasbus.json_object_column import json_object_texts
-    from atlasbus.xrange_pages import XrangePages
 
-    pages = XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
+    pages = xrange_pages.XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
 
     def handed_over() -> Any:
         start: bytes | str = "-"
@@ -85,13 +93,23 @@ def measure(url: str) -> dict[str, float]:
     for name in COLUMN_STEPS:
         if hasattr(decode, name):
             setattr(decode, name, timed(name, getattr(decode, name)))
+    for name, (owner, attribute) in RECEIVING_STEPS.items():
+        target = pages if owner == "pages" else xrange_pages
+        if hasattr(target, attribute):
+            setattr(target, attribute, timed(name, getattr(target, attribute)))
     best: dict[str, float] = {}
 
     def keep(name: str, nanoseconds: int) -> None:
         best[name] = min(best.get(name, float("inf")), nanoseconds / ENTRIES)
 
     for _ in range(CALLS):
+        spent.clear()
+        started = time.thread_time_ns()
         kept = handed_over()
+        keep("received (sent, read, walked)", time.thread_time_ns() - started)
+        for name in RECEIVING_STEPS:
+            if name in spent:
+                keep(f"  {name}", spent[name])
         started = time.thread_time_ns()
         (part,) = kept.cut()
         keep("cut into columns", time.thread_time_ns() - started)
@@ -180,7 +198,7 @@ def chart(best: dict[str, dict[str, float]], steps: list[str], path: Path) -> No
     plt = pyplot()
     if plt is None:
         return
-    figure, axes = plt.subplots(figsize=(7, 3.8))
+    figure, axes = plt.subplots(figsize=(7, 4.4))
     height = 0.8 / len(best)
     for index, (name, figures) in enumerate(best.items()):
         positions = [row + index * height for row in range(len(steps))]
@@ -189,7 +207,7 @@ def chart(best: dict[str, dict[str, float]], steps: list[str], path: Path) -> No
     axes.set_yticklabels([step.strip() for step in steps])
     axes.invert_yaxis()
     axes.set_xlabel("CPU ns an entry (best)")
-    axes.set_title(f"A hand-over of {ENTRIES:,} envelopes: cut and decoded")
+    axes.set_title(f"{ENTRIES:,} envelopes received, cut and decoded")
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)

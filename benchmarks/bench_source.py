@@ -403,25 +403,29 @@ def spark_receive_floor(
 
         from atlasbus.xrange_pages import XrangePages
 
-        pages = XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
+        connection = redis.Redis.from_url(url).connection_pool.get_connection()
+        pages = XrangePages(connection)
         start, end = partition.value
         received: list[Any] = []
         unsent = 0  # rows received and not yet given to Spark
         more = True
-        while more:
-            pages.send("XRANGE", STREAM, start, end, "COUNT", DEFAULT_PAGE_SIZE)
-            page = pages.read()
-            more = len(page) == DEFAULT_PAGE_SIZE
-            if len(page):
-                start = b"(" + pages.last_id(page)
-                received.append(page)
-                unsent += len(page)
-            if received and (unsent >= _PREBUILT_ROWS or not more):
-                kept = pages.hand_over(received)
-                kept.release(kept.buffer)
-                received = []
-                yield from prebuilt_rows(path, unsent - unsent % _PREBUILT_ROWS)
-                unsent %= _PREBUILT_ROWS
+        try:
+            while more:
+                pages.send("XRANGE", STREAM, start, end, "COUNT", DEFAULT_PAGE_SIZE)
+                page = pages.read()
+                more = len(page) == DEFAULT_PAGE_SIZE
+                if len(page):
+                    start = b"(" + pages.last_id(page)
+                    received.append(page)
+                    unsent += len(page)
+                if received and (unsent >= _PREBUILT_ROWS or not more):
+                    kept = pages.hand_over(received)
+                    kept.release(kept.buffer)
+                    received = []
+                    yield from prebuilt_rows(path, unsent - unsent % _PREBUILT_ROWS)
+                    unsent %= _PREBUILT_ROWS
+        finally:
+            connection.disconnect()  # closed as the task ends, not left to the collector
         yield from prebuilt_rows(path, unsent)
 
     partitions = [InputPartition(bounds) for bounds in slices]
