@@ -6,7 +6,7 @@ A micro-batch's replies are received (``XrangePages``: each XRANGE sent, its rep
 the socket and walked), cut into columns (``KeptReplies.cut``) and decoded
 (``atlasbus.decode.decode_envelope_page``). This times the three, the receiving's parts and
 each column's share of the decoding, on a hand-over of 10 XRANGE pages of 1,000 of
-bench_source.py's envelopes from a private redis-server, in one process without Spark: the
+envelope_stream.py's envelopes from a private redis-server, in one process without Spark: the
 steps the reader's CPU per entry is made of, without Spark's noise. The receiving is timed
 on this thread (in a query it runs on a thread of its own); its parts are the thread's CPU
 in each call, the kernel's included (on a loopback socket, sending also runs the server's
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import STREAM, publish
+from envelope_stream import STREAM, publish
 from run_report import pyplot, write_report
 
 RESULTS = Path(__file__).parent / "results" / "decode.json"

@@ -3,7 +3,7 @@
     python benchmarks/bench_latency.py [--rates 1000,10000,50000] [--seconds 60]
 
 Starts a private redis-server. For each rate and each sink, a publisher process adds
-envelopes (bench_source.py's, about 411 bytes) to a fresh stream at a steady rate for
+envelopes (envelope_stream.py's, about 411 bytes) to a fresh stream at a steady rate for
 --seconds, while a query ``readStream.format("atlasbus")`` with the default trigger (the next
 micro-batch as soon as the last one ends) delivers them to:
 
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import envelope
+from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
 from run_report import chart_note, pyplot, write_report
 

@@ -7,7 +7,7 @@ whatever their producers write. A reply whose entries share one field layout is 
 column per field; any other reply is cut into names and values, from which the envelope
 decoder picks its fields by name; ``format=raw`` cuts every reply into names and values. This
 measures what that costs the core reader, without Spark, on one private redis-server holding
-three streams of --rows envelopes (bench_source.py's): one where every entry has all 8 fields
+three streams of --rows envelopes (envelope_stream.py's): one where every entry has all 8 fields
 ("uniform"), one where one entry in --every lacks ``correlation_id`` ("mixed"), and one where
 each entry is one of five layouts in turn ("varied": all fields; without ``correlation_id``;
 without ``tracing``; with an extra field; the fields in another order). Each is read whole in
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import envelope
+from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
 from run_report import pyplot, write_report
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_memory.py [--rows 1000000,5000000]
 
 Starts a private redis-server. For each size, a fresh stream of that many envelopes (the
-same bytes as bench_source.py's, packed once), then, with trigger availableNow and the
+same bytes as envelope_stream.py's, packed once), then, with trigger availableNow and the
 source's defaults (``maxEntriesPerPartition`` 250,000, ``pageSize`` 1,000):
 
 * read: ``readStream.format("atlasbus")`` -> noop sink;
@@ -37,8 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency import _xadd_command
-from bench_source import envelope
 from cpu_meter import is_daemon, proc_stat
+from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
 from run_report import chart_note, pyplot, write_report
 

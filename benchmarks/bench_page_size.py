@@ -7,7 +7,7 @@ Each XRANGE round trip costs the reader a fixed amount besides its entries (send
 command, waking up for the reply, cutting a page into columns), so larger pages cost the
 reader less per entry; but Redis serves one command at a time, so a larger page holds every
 other client of the bus for longer. This measures both sides on one private redis-server (or
---url) holding --rows envelopes (bench_source.py's):
+--url) holding --rows envelopes (envelope_stream.py's):
 
 * two processes read the stream's two halves with atlasbus's core reader (as two Spark tasks
   would, without Spark), at each page size in turn, --repeat rounds, the sizes' order
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import STREAM, STREAM_PREFIX, TOPIC, publish, results_for, time_slices
 from cpu_meter import RedisCpu
+from envelope_stream import STREAM, STREAM_PREFIX, TOPIC, publish, time_slices
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import chart_note, pyplot, results_for, write_report
 
 from atlasbus.source_options import DEFAULT_PAGE_SIZE
 

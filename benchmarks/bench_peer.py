@@ -8,7 +8,7 @@ runs on Scala 2.12 and Spark 3.x, so it gets its own virtualenv with pyspark 3.5
 through Spark's resolver; none of its code is in this repository. Its side of the run is
 ``peer_spark_redis.py``, started in that virtualenv.
 
-One private redis-server, one stream of --rows envelopes (bench_source.py's), then rounds of:
+One private redis-server, one stream of --rows envelopes (envelope_stream.py's), then rounds of:
 
 * atlasbus: ``readStream.format("atlasbus")`` -> noop sink, availableNow, ``local[2]``, its
   documented parallelism and batch-size options at their defaults (``maxEntriesPerPartition``
@@ -52,18 +52,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import (
-    STREAM,
-    one_task_per_core,
-    prebuilt_batch,
-    publish,
-    results_for,
-    spark_ceiling,
-    spark_end_to_end,
-)
+from bench_source import one_task_per_core, prebuilt_batch, spark_ceiling, spark_end_to_end
 from cpu_meter import RedisCpu, SparkCpu
+from envelope_stream import STREAM, publish
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import chart_note, pyplot, results_for, write_report
 from served_process import ServedProcess
 from session_process import ONE_TASK_PER_CORE, SparkSessionProcess
 

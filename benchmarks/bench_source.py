@@ -47,63 +47,18 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, pairwise
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
+from envelope_stream import STREAM, STREAM_PREFIX, TOPIC, envelope, publish, time_slices
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import pyplot, results_for, write_report
 
-STREAM_PREFIX = "bench"
-TOPIC = "orders"
-STREAM = f"{STREAM_PREFIX}:{TOPIC}"
 RESULTS = Path(__file__).parent / "results" / "source.json"
 _PREBUILT_ROWS = 10_000  # the rows of Spark alone's pre-built batch
-
-
-def envelope(index: int) -> dict[str, str]:
-    payload = {
-        "order_id": index,
-        "customer": f"c-{index % 9973}",
-        "amount": round(index * 1.37 % 1000, 2),
-        "currency": "EUR",
-        "items": [{"sku": "A-100", "qty": 2}, {"sku": "B-7", "qty": 1}],
-        "note": "x" * 96,
-    }
-    return {
-        "topic": TOPIC,
-        "priority": str(index % 10),
-        "payload": json.dumps(payload),
-        "correlation_id": uuid.uuid4().hex,
-        "tracing": json.dumps({"trace_id": uuid.uuid4().hex[:16]}),
-        "metadata": "{}",
-        "delivery_attempts": "0",
-        "enqueued_time": f"{time.time():.6f}",
-    }
-
-
-def results_for(base: Path, rows: int) -> Path:
-    """``base`` (NAME.json) for 1M entries; NAME-5M.json and the like for other lengths."""
-    if rows == 1_000_000:
-        return base
-    size = f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else str(rows)
-    return base.with_name(f"{base.stem}-{size}{base.suffix}")
-
-
-def publish(url: str, rows: int) -> float:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    client.delete(STREAM)
-    started = time.perf_counter()
-    for offset in range(0, rows, 2000):
-        pipe = client.pipeline(transaction=False)
-        for index in range(offset, min(offset + 2000, rows)):
-            pipe.xadd(STREAM, envelope(index))
-        pipe.execute()
-    return rows / (time.perf_counter() - started)
 
 
 def raw_pages(url: str, bounds: tuple[str, str], names: list[str] | None = None) -> Any:
@@ -431,19 +386,6 @@ def spark_receive_floor(
     partitions = [InputPartition(bounds) for bounds in slices]
     name = "atlasbus_bench_receive_floor"
     return envelope_query(spark, name, partitions, read, rows, checkpoint_root, meter)
-
-
-def time_slices(url: str, pieces: int) -> list[tuple[str, str]]:
-    """``pieces`` ID ranges splitting the stream by time, as atlasbus cuts a large range."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    first = int(client.xrange(STREAM, count=1)[0][0].split(b"-")[0])
-    last = int(client.xrevrange(STREAM, count=1)[0][0].split(b"-")[0])
-    cuts = [first - 1 + (last - first + 1) * i // pieces for i in range(pieces + 1)]
-    return [
-        (f"({lo}-18446744073709551615", f"{hi}-18446744073709551615") for lo, hi in pairwise(cuts)
-    ]
 
 
 def spark_bare_source(

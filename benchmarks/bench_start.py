@@ -10,7 +10,7 @@ SPARK_HOME that mirrors the installed one but for a pyspark.zip that carries byt
 
 Two Spark sessions run side by side, each in its own process: one with the installed
 SPARK_HOME, one with the mirror. They take turns, query by query, on the same stream of
---rows envelopes (bench_source.py's) on one private redis-server, each query into the noop
+--rows envelopes (envelope_stream.py's) on one private redis-server, each query into the noop
 sink with availableNow: atlasbus, and Spark alone (a Python source of pre-built batches that
 asks Redis nothing). Round 0 warms both up and is not counted. Reports, per session and query,
 the median and range of the start (start() to the first micro-batch) and of the whole query;
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import publish
+from envelope_stream import publish
 from installed_bytecode import compile_atlasbus
 from run_report import chart_note, pyplot, write_report
 from session_process import QUERIES, SparkSessionProcess

@@ -9,7 +9,7 @@ loads the compiled loops' machine code before it reads its first page. atlasbus'
 it) loads all of that once, before it forks any worker.
 
 Two Spark sessions, each in its own process, one per daemon (pyspark's own and atlasbus's),
-read the same stream of --rows envelopes (bench_source.py's) on one private redis-server,
+read the same stream of --rows envelopes (envelope_stream.py's) on one private redis-server,
 taking turns query by query, each into the noop sink with availableNow. Each round starts both
 sessions afresh and runs in each: its first query (the daemon starts), a query at once after
 it (warm workers), and a query after --idle seconds without one (Spark has ended the idle
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_source import publish
+from envelope_stream import publish
 from installed_bytecode import compile_atlasbus
 from run_report import chart_note, pyplot, write_report
 from session_process import SparkSessionProcess

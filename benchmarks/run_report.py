@@ -50,3 +50,11 @@ def pyplot() -> Any:
 def chart_note(path: Path) -> str:
     """ ", chart in PATH" for a run's closing line, or nothing when no chart could be drawn."""
     return f", chart in {path}" if pyplot() is not None else ""
+
+
+def results_for(base: Path, rows: int) -> Path:
+    """``base`` (NAME.json) for 1M entries; NAME-5M.json and the like for other lengths."""
+    if rows == 1_000_000:
+        return base
+    size = f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else str(rows)
+    return base.with_name(f"{base.stem}-{size}{base.suffix}")
