@@ -42,7 +42,7 @@ from atlasbus.errors import PublishError
 from atlasbus.sink_options import SinkOptions
 
 if TYPE_CHECKING:
-    from atlasbus.dead_letters import QueryContext
+    from atlasbus.dead_letters.record import QueryContext
 
 log = logging.getLogger("atlasbus.publisher")
 
@@ -301,8 +301,9 @@ class Publisher:
         transaction's version is the end of the last batch recorded: a retry skips every batch
         up to it and appends the rest.
         """
-        from atlasbus.dead_letters import DeadLetterTable, QueryContext
+        from atlasbus.dead_letters.record import QueryContext
         from atlasbus.dead_letters.sink import rejected_rows
+        from atlasbus.dead_letters.table import DeadLetterTable
 
         assert self.options.dead_letter_table is not None
         assert self.dead_letter_write_id is not None
