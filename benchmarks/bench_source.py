@@ -73,22 +73,25 @@ def raw_pages(url: str, bounds: tuple[str, str], names: list[str] | None = None)
 
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
     start, end = bounds
-    while True:
-        connection.send_command("XRANGE", STREAM, start, end, "COUNT", 1000)
-        page = connection.read_response()
-        if not page:
-            return
-        width = len(page[0][1])
-        flat = pa.array(list(chain.from_iterable(e[1] for e in page)), pa.binary())
-        base = np.arange(len(page)) * width
-        columns = [flat.take(pa.array(base + j)).cast(pa.string()) for j in range(1, width, 2)]
-        ids = pa.array([e[0] for e in page], pa.binary()).cast(pa.string())
-        yield pa.RecordBatch.from_arrays(
-            [ids, *columns], names=names or [str(i) for i in range(len(columns) + 1)]
-        )
-        if len(page) < 1000:
-            return
-        start = b"(" + page[-1][0]
+    try:
+        while True:
+            connection.send_command("XRANGE", STREAM, start, end, "COUNT", 1000)
+            page = connection.read_response()
+            if not page:
+                return
+            width = len(page[0][1])
+            flat = pa.array(list(chain.from_iterable(e[1] for e in page)), pa.binary())
+            base = np.arange(len(page)) * width
+            columns = [flat.take(pa.array(base + j)).cast(pa.string()) for j in range(1, width, 2)]
+            ids = pa.array([e[0] for e in page], pa.binary()).cast(pa.string())
+            yield pa.RecordBatch.from_arrays(
+                [ids, *columns], names=names or [str(i) for i in range(len(columns) + 1)]
+            )
+            if len(page) < 1000:
+                return
+            start = b"(" + page[-1][0]
+    finally:
+        connection.disconnect()  # closed as the pages end, not left to the collector
 
 
 def raw_xrange_to_arrow(url: str, bounds: tuple[str, str]) -> tuple[int, float]:
@@ -243,7 +246,8 @@ def one_batch_source(spark: Any, name: str, schema: str, partitions: list[Any], 
 
     The classes are local, so cloudpickle ships them (and ``read``) to the workers by value,
     and so it does this module's functions that ``read`` calls: imported by another benchmark,
-    they would go by reference, and the workers cannot import this module.
+    they would go by reference, and the workers cannot import this module. ``read`` may call
+    no function of the other benchmark modules (``envelope_stream``'s): those go by reference.
     """
     from pyspark import cloudpickle
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader
