@@ -6,7 +6,8 @@ sink (``format("delta")``, needing the Delta Lake jars ``local_session`` loads),
 checkpoint that survives the kills.
 ``--source-option KEY=VALUE`` adds source options (retention, the reaper, a mirrored group;
 ``topicPattern`` instead of the topics; ``format=raw``, whose fields' map gives the file
-sinks the same two columns).
+sinks the same two columns); ``--sink-option KEY=VALUE`` adds atlasbus sink options (a
+``deadLetterTable``, ``maxMessageBytes``).
 Prints ``STARTED`` once the query runs; with ``--available-now`` it drains what is there,
 prints ``DONE`` and exits.
 """
@@ -32,6 +33,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="another option of the source (repeatable)",
     )
+    parser.add_argument(
+        "--sink-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another option of the atlasbus sink (repeatable)",
+    )
     args = parser.parse_args()
 
     from pyspark_atlasbus.session import local_session
@@ -39,6 +47,7 @@ def main() -> None:
     # the Delta Lake jars only where the sink needs them: the other runs start as before
     spark = local_session("atlasbus-crash", driver_memory="1g", delta=args.sink == "delta")
     options = dict(option.split("=", 1) for option in args.source_option)
+    sink_options = dict(option.split("=", 1) for option in args.sink_option)
     if "topicPattern" not in options:  # else the pattern names the topics
         options["topics"] = "a,b"
     source = (
@@ -58,6 +67,7 @@ def main() -> None:
             .option("url", args.url)
             .option("streamPrefix", args.prefix)
             .option("topic", "target")
+            .options(**sink_options)
         )
     else:  # Spark's own file sinks: exactly once through their commit logs
         if options.get("format") == "raw":  # the fields as one map: the same two columns

@@ -31,6 +31,7 @@ TOTAL = 100_000
 KILLS = 5
 STEADY_PER_SECOND = 1_500
 BURST = 6_000
+PADDED_BYTES = 2_000  # a padded payload's extra bytes
 QUERY_SCRIPT = str(Path(__file__).with_name("crash_query.py"))
 
 
@@ -48,6 +49,7 @@ class Publisher(threading.Thread):
         new_correlation_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         malformed: Callable[[str], bool] = lambda correlation_id: False,
         not_utf8: Callable[[str], bool] = lambda correlation_id: False,
+        padded: Callable[[str], bool] = lambda correlation_id: False,
     ) -> None:
         super().__init__(daemon=True)
         self.client = redis.Redis.from_url(url)
@@ -56,14 +58,16 @@ class Publisher(threading.Thread):
         self.new_correlation_id = new_correlation_id
         self.malformed = malformed  # by correlation ID: published with priority "high"
         self.not_utf8 = not_utf8  # by correlation ID: a payload string holding byte 0xFF
+        self.padded = padded  # by correlation ID: a payload of PADDED_BYTES more
         self.correlation_ids: list[str] = []
+        self.halt = threading.Event()  # set to stop before ``total``
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             rng = random.Random(11)
             tick = 0.1
-            while len(self.correlation_ids) < self.total:
+            while len(self.correlation_ids) < self.total and not self.halt.is_set():
                 count = self.burst if rng.random() < 0.03 else int(self.per_second * tick)
                 count = min(count, self.total - len(self.correlation_ids))
                 pipe = self.client.pipeline(transaction=False)
@@ -73,7 +77,7 @@ class Publisher(threading.Thread):
                     fields = {
                         "topic": topic,
                         "priority": "high" if self.malformed(cid) else "3",
-                        "payload": _payload(cid, self.not_utf8(cid)),
+                        "payload": _payload(cid, self.not_utf8(cid), self.padded(cid)),
                         "correlation_id": cid,
                         "tracing": "{}",
                         "metadata": "{}",
@@ -90,9 +94,13 @@ class Publisher(threading.Thread):
             self.error = exc
 
 
-def _payload(correlation_id: str, not_utf8: bool) -> bytes:
-    """A JSON object; with ``not_utf8`` its second string holds a byte UTF-8 never has."""
-    text = json.dumps({"cid": correlation_id}).encode()
+def _payload(correlation_id: str, not_utf8: bool, padded: bool = False) -> bytes:
+    """A JSON object; with ``not_utf8`` its second string holds a byte UTF-8 never has; with
+    ``padded`` it holds a string of PADDED_BYTES more."""
+    body: dict[str, str] = {"cid": correlation_id}
+    if padded:
+        body["pad"] = "p" * PADDED_BYTES
+    text = json.dumps(body).encode()
     return text[:-1] + b', "note": "\xff"}' if not_utf8 else text
 
 

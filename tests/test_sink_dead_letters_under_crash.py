@@ -1,0 +1,336 @@
+"""The sink's dead letters across driver SIGKILLs, on an input that keeps growing.
+
+A publisher appends envelopes to topics a and b throughout; about one in 25 carries a payload
+too big for the sink's ``maxMessageBytes``. The query (atlasbus source -> atlasbus sink with a
+``deadLetterTable``), in a child process, reads in tasks of at most 500 entries, so a micro-batch
+is several tasks, each recording its rejected rows in the Delta table before it publishes its
+accepted ones. Meanwhile a cleaner deletes (XDEL) and trims (XTRIM MINID) the input below the
+position the query mirrors to its group, and the output's consumer group reads the target
+stream and deletes what it acknowledged, as the bus's consumers do.
+
+The query is SIGKILLed (driver, JVM, Python workers) three times while a micro-batch is in
+flight, each at another point: once its rows are part-way published, once a task has recorded
+dead letters but the batch is not all published, and once the batch is planned but nothing of
+it is published. Each time it restarts on its checkpoint, and the killed batch is replayed.
+After the last run drains the input: the output's consumer received each accepted row exactly
+once, and the dead-letter table holds each rejected row exactly once (every row as appended,
+so a replayed task's second append would show), as a ``sink-publish`` ``too-big`` letter of
+the query.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from atlasbus.dead_letters import SINK_PUBLISH, DeadLetterTable
+from atlasbus.offsets import StreamOffsets
+from test_crash_recovery import PADDED_BYTES, Publisher, _kill, _report, _start_query, _tail
+
+TOPICS = ("a", "b")
+MAX_MESSAGE_BYTES = 1_024  # an envelope is about 250 bytes; a padded one over 2,000
+KILLS = ("published part-way", "dead letters recorded", "planned")
+QUERY_CLIENT = "crash-query"  # the name the query's connections give Redis
+
+pytestmark = pytest.mark.spark
+
+
+def is_padded(correlation_id: str) -> bool:
+    """The rows the sink rejects as too big: about one in 25."""
+    return int(correlation_id, 16) % 25 == 0
+
+
+class OutputConsumer(threading.Thread):
+    """The output's consumer group: reads the target stream, acks and XDELs what it read."""
+
+    def __init__(self, url: str, stream: str) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.stream = stream
+        self.received: list[str] = []
+        self.seen: set[str] = set()  # the same, for the kill conditions' quick look-ups
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                reply = self.client.xreadgroup(
+                    "downstream", "worker", {self.stream: ">"}, count=500, block=20
+                )
+                for _, entries in reply or []:
+                    ids = []
+                    for entry_id, fields in entries:
+                        correlation_id = fields[b"correlation_id"].decode()
+                        self.received.append(correlation_id)
+                        self.seen.add(correlation_id)
+                        ids.append(entry_id)
+                    self.client.xack(self.stream, "downstream", *ids)
+                    self.client.xdel(self.stream, *ids)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def caught_up(self) -> bool:
+        """Every entry the stream received was delivered to the group and acknowledged."""
+        last = self.client.xinfo_stream(self.stream)["last-generated-id"]
+        groups = self.client.xinfo_groups(self.stream)
+        return [(g["last-delivered-id"], g["pending"]) for g in groups] == [(last, 0)]
+
+
+class Cleaner(threading.Thread):
+    """Deletes and trims the input below the query group's position (what it committed),
+    keeping the entry at the position, where the query resumes."""
+
+    def __init__(self, url: str, streams: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.client = redis.Redis.from_url(url)
+        self.streams = streams
+        self.deleted = self.trimmed = 0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            rounds = 0
+            while not self.stop.wait(0.1):
+                rounds += 1
+                for stream in self.streams:
+                    position = self.query_position(stream)
+                    if position is None or position == b"0-0":
+                        continue
+                    if rounds % 5 == 0:  # a retention job now and then
+                        self.trimmed += self.client.xtrim(stream, minid=position)
+                        continue
+                    older = self.client.xrange(stream, "-", b"(" + position, count=100)
+                    doomed = [entry_id for entry_id, _ in older][::2]  # holes, not a new head
+                    if doomed:
+                        self.deleted += self.client.xdel(stream, *doomed)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def query_position(self, stream: str) -> bytes | None:
+        if not self.client.exists(stream):
+            return None
+        for group in self.client.xinfo_groups(stream):
+            if group["name"] == b"query":
+                return bytes(group["last-delivered-id"])
+        return None
+
+
+class InFlight:
+    """The micro-batch the query has planned but not committed, read from its checkpoint."""
+
+    def __init__(self, r: redis.Redis, checkpoint: Path, table: Path) -> None:
+        self.r, self.checkpoint, self.table = r, checkpoint, table
+
+    def batch(self) -> int | None:
+        """The batch planned (its offsets written) and not committed, if any."""
+        planned = self._numbers("offsets")
+        committed = self._numbers("commits")
+        pending = sorted(set(planned) - set(committed))
+        return pending[-1] if pending else None
+
+    def rows(self, batch: int) -> list[str]:
+        """The correlation IDs the batch reads: its input entries, none deleted (the cleaner
+        stays below the committed position)."""
+        end = self._offsets(batch)
+        start = self._offsets(batch - 1) if batch > 0 else {}
+        rows = []
+        for stream, upto in end.items():
+            low = f"({start[stream]}" if stream in start else "-"
+            rows += [f[b"correlation_id"].decode() for _, f in self.r.xrange(stream, low, upto)]
+        return rows
+
+    def _offsets(self, batch: int) -> dict[str, str]:
+        # each file: a version line, the batch's metadata, then the source's offsets as JSON
+        lines = (self.checkpoint / "offsets" / str(batch)).read_text().splitlines()
+        offsets = StreamOffsets.from_json(lines[2])
+        return {stream: str(offsets[stream]) for stream in offsets}
+
+    def _numbers(self, folder: str) -> list[int]:
+        path = self.checkpoint / folder
+        return [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() else []
+
+
+def letters_for(table: Path, rows: set[str]) -> int:
+    if not (table / "_delta_log").exists():
+        return 0
+    found = DeadLetterTable(str(table)).to_arrow(all_rows=True).column("correlation_id")
+    return sum(1 for cid in found.to_pylist() if cid in rows)
+
+
+def test_sink_dead_letters_once_and_rows_once_across_driver_kills_mid_batch(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    streams = [f"{prefix}:{topic}" for topic in TOPICS]
+    target = f"{prefix}:target"
+    r.xgroup_create(target, "downstream", id="0", mkstream=True)
+    checkpoint, table, log = tmp_path / "ck", tmp_path / "dlq", tmp_path / "query.log"
+    query_url = f"{redis_url}{'&' if '?' in redis_url else '?'}client_name={QUERY_CLIENT}"
+    args = ["--url", query_url, "--prefix", prefix, "--checkpoint", str(checkpoint)]
+    args += ["--sink", "atlasbus"]
+    for option in ("group=query", "maxEntriesPerPartition=500"):
+        args += ["--source-option", option]
+    for option in (f"deadLetterTable={table}", f"maxMessageBytes={MAX_MESSAGE_BYTES}"):
+        args += ["--sink-option", option]
+
+    publisher = Publisher(
+        redis_url, prefix, total=1_000_000, per_second=150, burst=600, padded=is_padded
+    )
+    output = OutputConsumer(redis_url, target)
+    cleaner = Cleaner(redis_url, streams)
+    in_flight = InFlight(r, checkpoint, table)
+    for thread in (publisher, output, cleaner):
+        thread.start()
+    kills: list[dict[str, Any]] = []
+    restarts: list[float] = []
+    try:
+        for kind in KILLS:
+            process, took = _start_query(args, log)
+            restarts.append(took)
+            previous = kills[-1]["batch"] if kills else 0  # batch 0: the run's first, never killed
+            kills.append(
+                kill_mid_batch(kind, process, in_flight, output, r, target, log, after=previous)
+            )
+        publisher.halt.set()
+        publisher.join(60)
+        process, took = _start_query([*args, "--available-now"], log)
+        restarts.append(took)
+        assert process.wait(600) == 0, f"the draining run failed{_tail(log)}"
+        deadline = time.monotonic() + 60
+        while not output.caught_up():
+            assert time.monotonic() < deadline, "the output's consumer did not catch up in 60 s"
+            time.sleep(0.05)
+    finally:
+        publisher.halt.set()
+        output.stop.set()
+        cleaner.stop.set()
+        for thread in (output, cleaner):
+            thread.join(60)
+    for thread in (publisher, output, cleaner):
+        assert thread.error is None, repr(thread.error)
+
+    published = publisher.correlation_ids
+    padded = [cid for cid in published if is_padded(cid)]
+    accepted = [cid for cid in published if not is_padded(cid)]
+    print(f"\nkills: {json.dumps(kills)}")
+    print(f"cleaner: {cleaner.deleted} deleted, {cleaner.trimmed} trimmed")
+    _report("atlasbus, sink dead letters", accepted, output.received, restarts, kills=len(KILLS))
+    # each kill at the point it names, with the input still growing
+    assert [k["kind"] for k in kills] == list(KILLS)
+    part_way, recorded, planned = kills
+    assert 0 < part_way["published"] < part_way["accepted"], part_way
+    # every task that recorded its rejected rows was killed before it published
+    assert recorded["dead_lettered"] > 0 and recorded["published"] == 0, recorded
+    assert planned["published"] == 0, planned
+    assert all(k["published_before"] < k["published_after"] for k in kills), kills
+    assert cleaner.deleted > 0 and cleaner.trimmed > 0
+    assert len(padded) > 100 and len(accepted) > 10 * len(padded)
+
+    # each accepted row published once: nothing lost, nothing duplicated
+    assert Counter(output.received) == Counter(accepted)
+    # each rejected row recorded once, every row as appended (a replayed append would show)
+    letters = DeadLetterTable(str(table)).to_arrow(all_rows=True).to_pylist()
+    assert Counter(x["correlation_id"] for x in letters) == Counter(padded)
+    assert len({x["dead_letter_id"] for x in letters}) == len(letters)
+    assert {(x["stage"], x["reason"], x["topic"]) for x in letters} == {
+        (SINK_PUBLISH, "too-big", "target")
+    }
+    assert len({x["query_id"] for x in letters} - {None}) == 1
+    assert all(
+        x["error"].startswith("cannot publish row ")
+        and "is too big: the message would be" in x["error"]
+        and f"over maxMessageBytes ({MAX_MESSAGE_BYTES}); this column" in x["error"]
+        and json.loads(x["payload"])["pad"] == "p" * PADDED_BYTES
+        for x in letters
+    ), letters[0]
+
+
+def kill_mid_batch(
+    kind: str,
+    process: Any,
+    in_flight: InFlight,
+    output: OutputConsumer,
+    r: redis.Redis,
+    target: str,
+    log: Path,
+    *,
+    after: int,
+) -> dict[str, Any]:
+    """Wait for a micro-batch in flight at the point ``kind`` names and SIGKILL the query there.
+
+    The point is held still while it is checked: writes are paused (CLIENT PAUSE WRITE, as a
+    failover does), so tasks may read and record dead letters but not publish, and the
+    query's connections are dropped before writes resume. For "dead letters recorded" the
+    pause starts before the batch publishes anything and lasts until its tasks have recorded
+    their rejected rows, so the kill lands between a task's Delta append and its publishing. The batch is a later one than ``after`` (the batch of the
+    previous kill, which this run replays first). Returns how far the batch had got."""
+    published_before = len(output.received)
+    deadline = time.monotonic() + 180
+    watched: tuple[int, list[str]] | None = None  # the batch and the rows it reads
+    while True:
+        assert process.poll() is None, f"the query ended before the kill ({kind}){_tail(log)}"
+        assert time.monotonic() < deadline, f"no batch reached {kind!r} in 180 s{_tail(log)}"
+        batch = in_flight.batch()
+        if batch is None or batch <= after:
+            time.sleep(0.002)
+            continue
+        if watched is None or watched[0] != batch:
+            watched = (batch, in_flight.rows(batch))
+        accepted = {cid for cid in watched[1] if not is_padded(cid)}
+        rejected = {cid for cid in watched[1] if is_padded(cid)}
+        seen = len(accepted & output.seen)
+        if not (0 < seen < len(accepted) if kind == "published part-way" else seen == 0):
+            time.sleep(0.002)
+            continue
+        r.client_pause(60_000, all=False)
+        try:
+            if kind == "dead letters recorded":  # the tasks record, then wait to publish
+                recording = time.monotonic() + 30
+                while letters_for(in_flight.table, rejected) == 0:
+                    assert time.monotonic() < recording, f"no dead letter recorded{_tail(log)}"
+                    time.sleep(0.05)
+                time.sleep(0.5)  # the other tasks of the batch record theirs too
+            published = len(accepted & (output.seen | target_rows(r, target)))
+            dead_lettered = letters_for(in_flight.table, rejected)
+            held = {
+                "published part-way": 0 < published < len(accepted),
+                "dead letters recorded": published == 0 and dead_lettered > 0,
+                "planned": published == 0,
+            }[kind]
+            if held:
+                _kill(process, log)
+                # Commands the dead query had sent were postponed by the pause; Redis would
+                # run them once it resumes. Dropping its connections first makes this the
+                # crash where they never arrived: a task dies between its Delta append and
+                # its publishing, or part-way through its batch.
+                for client in r.client_list():
+                    if client.get("name") == QUERY_CLIENT:
+                        r.client_kill_filter(_id=client["id"])
+        finally:
+            r.client_unpause()
+        if held:
+            time.sleep(0.5)  # the output's consumer reads what the run had published
+            return {
+                "kind": kind,
+                "batch": batch,
+                "accepted": len(accepted),
+                "published": published,
+                "rejected": len(rejected),
+                "dead_lettered": dead_lettered,
+                "published_before": published_before,
+                "published_after": len(output.received),
+            }
+
+
+def target_rows(r: redis.Redis, target: str) -> set[str]:
+    """The correlation IDs in the target stream: published, and not yet deleted by the
+    output's consumer (whose reads and deletes wait while writes are paused)."""
+    return {fields[b"correlation_id"].decode() for _, fields in r.xrange(target)}
