@@ -230,19 +230,43 @@ def test_exactly_once_across_driver_kills_while_publishers_append(
     assert Counter(written) == Counter(run["published"])
 
 
-def _largest_read(r: redis.Redis, checkpoint: Path) -> int:
-    """The most entries one micro-batch read from one stream, from the query's offsets log
-    (each file: a version line, the batch's metadata, then the source's offsets as JSON)."""
+def batch_numbers(checkpoint: Path, folder: str) -> list[int]:
+    """The micro-batches with a file in the checkpoint's ``offsets`` or ``commits`` log (Spark
+    writes each under a hidden name first, then renames it: no half-written file shows)."""
+    path = checkpoint / folder
+    if not path.exists():
+        return []
+    return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())
+
+
+def batch_offsets(checkpoint: Path, batch: int) -> dict[str, str]:
+    """Each stream's end of micro-batch ``batch``, from the query's offsets log (each file: a
+    version line, the batch's metadata, then the source's offsets as JSON)."""
     from atlasbus.offsets import StreamOffsets
 
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    offsets = StreamOffsets.from_json(lines[2])
+    return {stream: str(offsets[stream]) for stream in offsets}
+
+
+def group_position(r: redis.Redis, stream: str, group: str) -> bytes | None:
+    """The group's last-delivered ID, or None while it (or its stream) does not exist."""
+    if not r.exists(stream):
+        return None
+    for info in r.xinfo_groups(stream):
+        if info["name"].decode() == group:
+            return bytes(info["last-delivered-id"])
+    return None
+
+
+def _largest_read(r: redis.Redis, checkpoint: Path) -> int:
+    """The most entries one micro-batch read from one stream, from the query's offsets log."""
     previous: dict[str, str] = {}
     largest = 0
-    batches = sorted(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
-    for batch in batches:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-        offsets = StreamOffsets.from_json(lines[2])
-        for stream in offsets:
-            after, upto = previous.get(stream), str(offsets[stream])
+    for batch in batch_numbers(checkpoint, "offsets"):
+        offsets = batch_offsets(checkpoint, batch)
+        for stream, upto in offsets.items():
+            after = previous.get(stream)
             low = f"({after}" if after is not None else "-"
             largest = max(largest, len(r.xrange(stream, low, upto)))
             previous[stream] = upto

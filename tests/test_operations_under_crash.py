@@ -39,7 +39,14 @@ import pytest
 import redis
 
 from atlasbus.dead_letters import DeadLetterTable
-from test_crash_recovery import Publisher, _kill, _report, _start_query
+from test_crash_recovery import (
+    Publisher,
+    _kill,
+    _report,
+    _start_query,
+    batch_numbers,
+    group_position,
+)
 
 TOTAL = 12_000
 BACKLOG = 12_000  # published at once while the query is down
@@ -159,8 +166,7 @@ class Cleaner(threading.Thread):
 
 
 def _commits(checkpoint: Path) -> int:
-    folder = checkpoint / "commits"
-    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.exists() else 0
+    return len(batch_numbers(checkpoint, "commits"))
 
 
 @pytest.mark.spark
@@ -327,14 +333,6 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
     reasons = dict(zip(decoded["correlation_id"], decoded["reason"], strict=True))
     assert {cid for cid, reason in reasons.items() if reason == "invalid-utf8"} == not_utf8
     assert set(reasons.values()) == {"invalid-integer", "invalid-utf8"}
-
-
-def group_position(r: redis.Redis, stream: str, group: str) -> bytes | None:
-    """The group's last-delivered ID, or None while it does not exist."""
-    for info in r.xinfo_groups(stream):
-        if info["name"].decode() == group:
-            return info["last-delivered-id"]
-    return None
 
 
 def wait_for(
