@@ -145,6 +145,14 @@ def _kill(process: subprocess.Popen[str], log: Path | None = None) -> None:
     process.wait(60)
 
 
+def _stop_if_running(process: subprocess.Popen[str] | None) -> None:
+    """SIGKILL a query process a failed assertion left running: it runs in a session of its
+    own, so pytest would not stop it, and it would load the cores for the rest of the suite."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(60)
+
+
 def _crash_and_recover(
     args: list[str],
     url: str,
@@ -166,19 +174,23 @@ def _crash_and_recover(
     publisher.start()
     rng = random.Random(7)
     restarts: list[float] = []
-    for _ in range(kills):
-        process, took = _start_query(args, log)
+    process: subprocess.Popen[str] | None = None
+    try:
+        for _ in range(kills):
+            process, took = _start_query(args, log)
+            restarts.append(took)
+            if progressed is not None:
+                progressed()
+            time.sleep(rng.uniform(*running))
+            _kill(process, log)
+        publisher.join(300)
+        assert publisher.error is None, publisher.error
+        assert not publisher.is_alive()
+        process, took = _start_query([*args, "--available-now"], log)
         restarts.append(took)
-        if progressed is not None:
-            progressed()
-        time.sleep(rng.uniform(*running))
-        _kill(process, log)
-    publisher.join(300)
-    assert publisher.error is None, publisher.error
-    assert not publisher.is_alive()
-    process, took = _start_query([*args, "--available-now"], log)
-    restarts.append(took)
-    assert process.wait(600) == 0, f"the draining run failed{_tail(log)}"
+        assert process.wait(600) == 0, f"the draining run failed{_tail(log)}"
+    finally:
+        _stop_if_running(process)
     return {
         "published": publisher.correlation_ids,
         "restart_seconds": restarts,

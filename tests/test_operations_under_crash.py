@@ -44,6 +44,7 @@ from test_crash_recovery import (
     _kill,
     _report,
     _start_query,
+    _stop_if_running,
     batch_numbers,
     group_position,
 )
@@ -239,6 +240,7 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
         thread.start()
     restarts = []
     while_publishing = 0
+    process: subprocess.Popen[str] | None = None
     try:
         for kill in range(KILLS):
             process, took = _start_query(args, log)
@@ -289,6 +291,7 @@ def test_trim_sweep_and_bus_deletions_across_driver_kills_lose_and_duplicate_not
         bus.stop.set()
         bus.join(60)
     finally:
+        _stop_if_running(process)
         cleaner.stop.set()
         cleaner.join(60)
     for thread in (publisher, backlog, tail, bus, cleaner):

@@ -22,8 +22,6 @@ every attempt) makes this test fail: checked by hand when it was written.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import threading
 import time
@@ -41,6 +39,7 @@ from test_crash_recovery import (
     _kill,
     _report,
     _start_query,
+    _stop_if_running,
     _tail,
     batch_numbers,
     batch_offsets,
@@ -200,9 +199,7 @@ def test_sink_dead_letters_once_and_rows_once_across_driver_kills_mid_batch(
             assert time.monotonic() < deadline, "the output's consumer did not catch up in 60 s"
             time.sleep(0.05)
     finally:
-        if process is not None and process.poll() is None:  # a failure: stop the query too
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(60)
+        _stop_if_running(process)
         publisher.halt.set()
         output.stop.set()
         cleaner.stop.set()
