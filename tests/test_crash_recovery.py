@@ -141,8 +141,7 @@ def _kill(process: subprocess.Popen[str], log: Path | None = None) -> None:
     assert process.poll() is None, (
         f"the query process had ended (exit {process.returncode}){_tail(log)}"
     )
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(60)
+    _stop_if_running(process)
 
 
 def _stop_if_running(process: subprocess.Popen[str] | None) -> None:
@@ -271,18 +270,27 @@ def group_position(r: redis.Redis, stream: str, group: str) -> bytes | None:
     return None
 
 
+def batch_ranges(checkpoint: Path, batch: int) -> dict[str, tuple[str, str]]:
+    """Each stream's XRANGE bounds for micro-batch ``batch``: after the batch before's end
+    (exclusive, or from the stream's start), up to its own end, from the offsets log."""
+    end = batch_offsets(checkpoint, batch)
+    start = batch_offsets(checkpoint, batch - 1) if batch > 0 else {}
+    return {
+        stream: (f"({start[stream]}" if stream in start else "-", upto)
+        for stream, upto in end.items()
+    }
+
+
 def _largest_read(r: redis.Redis, checkpoint: Path) -> int:
     """The most entries one micro-batch read from one stream, from the query's offsets log."""
-    previous: dict[str, str] = {}
-    largest = 0
-    for batch in batch_numbers(checkpoint, "offsets"):
-        offsets = batch_offsets(checkpoint, batch)
-        for stream, upto in offsets.items():
-            after = previous.get(stream)
-            low = f"({after}" if after is not None else "-"
-            largest = max(largest, len(r.xrange(stream, low, upto)))
-            previous[stream] = upto
-    return largest
+    return max(
+        (
+            len(r.xrange(stream, low, upto))
+            for batch in batch_numbers(checkpoint, "offsets")
+            for stream, (low, upto) in batch_ranges(checkpoint, batch).items()
+        ),
+        default=0,
+    )
 
 
 @pytest.mark.spark

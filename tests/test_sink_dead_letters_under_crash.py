@@ -42,7 +42,7 @@ from test_crash_recovery import (
     _stop_if_running,
     _tail,
     batch_numbers,
-    batch_offsets,
+    batch_ranges,
     group_position,
 )
 
@@ -132,13 +132,11 @@ class Cleaner(threading.Thread):
 def batch_rows(r: redis.Redis, checkpoint: Path, batch: int) -> list[str]:
     """The correlation IDs micro-batch ``batch`` reads, from its offsets in the checkpoint.
     Its entries are all there: the cleaner stays below the committed position."""
-    end = batch_offsets(checkpoint, batch)
-    start = batch_offsets(checkpoint, batch - 1) if batch > 0 else {}
-    rows = []
-    for stream, upto in end.items():
-        low = f"({start[stream]}" if stream in start else "-"
-        rows += [f[b"correlation_id"].decode() for _, f in r.xrange(stream, low, upto)]
-    return rows
+    return [
+        fields[b"correlation_id"].decode()
+        for stream, (low, upto) in batch_ranges(checkpoint, batch).items()
+        for _, fields in r.xrange(stream, low, upto)
+    ]
 
 
 def batch_in_flight(checkpoint: Path) -> int | None:
