@@ -260,7 +260,9 @@ def kill_mid_batch(
     recorded their rejected rows, so the kill lands between those tasks' Delta appends and
     their publishing. Returns how far the batch had got."""
     deadline = time.monotonic() + 180
-    watched: tuple[int, list[str]] | None = None  # the batch and the rows it reads
+    watched: int | None = None  # the batch whose rows are split below
+    accepted: set[str] = set()
+    rejected: set[str] = set()
     while True:
         assert process.poll() is None, f"the query ended before the kill ({kind}){_tail(log)}"
         assert time.monotonic() < deadline, f"no batch reached {kind!r} in 180 s{_tail(log)}"
@@ -268,10 +270,11 @@ def kill_mid_batch(
         if batch is None or batch <= after:
             time.sleep(0.002)
             continue
-        if watched is None or watched[0] != batch:
-            watched = (batch, batch_rows(r, checkpoint, batch))
-        accepted = {cid for cid in watched[1] if not is_padded(cid)}
-        rejected = {cid for cid in watched[1] if is_padded(cid)}
+        if watched != batch:  # its rows read and split once, not at every 2 ms look
+            rows = batch_rows(r, checkpoint, batch)
+            watched = batch
+            accepted = {cid for cid in rows if not is_padded(cid)}
+            rejected = {cid for cid in rows if is_padded(cid)}
         seen = len(accepted & output.seen)
         if kind == "published part-way":
             candidate = 0 < seen < len(accepted)
