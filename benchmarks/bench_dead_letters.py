@@ -23,11 +23,9 @@ benchmarks/results/dead_letters.png. Machines are shared and noisy: compare with
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -42,7 +40,7 @@ import deltalake
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from run_report import pyplot
+from run_report import benchmark_parser, pyplot, save_chart, write_report
 
 from atlasbus.dead_letters import SOURCE_DECODE, DeadLetter, DeadLetterTable, QueryContext
 from atlasbus.dead_letters.table import MAX_COMMIT_ATTEMPTS, _as_table
@@ -274,19 +272,18 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_chart(fig, path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--versions", default="10,100,500", help="table sizes, in versions")
     parser.add_argument("--appends", type=int, default=15, help="timed appends per size/method")
     parser.add_argument("--letters", type=int, default=5, help="dead letters per append")
     parser.add_argument("--concurrent", type=int, default=20, help="pages per concurrent writer")
     args = parser.parse_args()
     sizes = sorted(int(v) for v in args.versions.split(","))
+    load_before = os.getloadavg()
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="atlasbus-bench-dlq-") as tmp_name:
@@ -324,29 +321,14 @@ def main() -> None:
     print()
     print(f"cost at {sizes[-1]} versions / at {sizes[0]}: {growth}")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "command": (
-                    f"python benchmarks/bench_dead_letters.py --versions {args.versions} "
-                    f"--appends {args.appends} --letters {args.letters} "
-                    f"--concurrent {args.concurrent}"
-                ),
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "deltalake": deltalake.__version__,
-                    "pyarrow": pa.__version__,
-                },
-                "results": rows,
-                "growth_last_over_first": growth,
-                "two_writers_at_once": concurrency,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    report = {
+        "benchmark": "dead-letters",
+        "versions": {"deltalake": deltalake.__version__, "pyarrow": pa.__version__},
+        "results": rows,
+        "growth_last_over_first": growth,
+        "two_writers_at_once": concurrency,
+    }
+    write_report(RESULTS, report, load_before, os.getloadavg())
     chart(rows, CHART)
     print(f"\nwritten to {RESULTS} and {CHART}")
 

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import STREAM, publish
-from run_report import pyplot, write_report
+from run_report import benchmark_parser, pyplot, save_chart, write_report
 
 RESULTS = Path(__file__).parent / "results" / "decode.json"
 CONNECTOR = Path(__file__).parent.parent / "connector"  # this checkout's
@@ -141,9 +141,7 @@ def measured_in_process(url: str, connector: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--against", help="another checkout's connector directory")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--label", help="writes decode-LABEL.json")
@@ -209,9 +207,7 @@ def chart(best: dict[str, dict[str, float]], steps: list[str], path: Path) -> No
     axes.set_xlabel("CPU ns an entry (best)")
     axes.set_title(f"{ENTRIES:,} envelopes received, cut and decoded")
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_chart(figure, path, dpi=120)
 
 
 if __name__ == "__main__":

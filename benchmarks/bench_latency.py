@@ -26,7 +26,6 @@ benchmarks/results/latency.json and latency.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -42,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import benchmark_parser, chart_note, pyplot, save_chart, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "latency.json"  # with --label X: latency-X.json
@@ -382,15 +381,12 @@ def chart(runs: list[dict[str, Any]], floors: list[dict[str, Any]], path: Path) 
     right.set_ylabel("ms, median micro-batch")
     right.set_title("where a micro-batch's time goes (floor: one row, no Redis)", fontsize=9)
     right.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rates", default="1000,10000,50000")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--sinks", default="atlasbus,foreachBatch")

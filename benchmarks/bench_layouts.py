@@ -24,7 +24,6 @@ without Redis's noise (best of 9 rounds of 20 calls, ns an entry).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, write_report
+from run_report import benchmark_parser, pyplot, save_chart, write_report
 
 RESULTS = Path(__file__).parent / "results" / "layouts.json"
 STREAMS = {
@@ -127,9 +126,7 @@ def pick_fields_ns(kind: str, every: int, entries: int = 10_000) -> float:
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--every", type=int, default=5_000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -201,8 +198,7 @@ def chart(best: dict[str, float], every: int, path: Path) -> None:
     axes.set_title(
         f"one layout; one in {every:,} without a field; five layouts in turn", fontsize=9
     )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ Writes benchmarks/results/memory.json and memory.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -40,7 +39,7 @@ from bench_latency import _xadd_command
 from cpu_meter import is_daemon, proc_stat
 from envelope_stream import envelope
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import benchmark_parser, chart_note, pyplot, save_chart, write_report
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "memory.json"
@@ -230,15 +229,12 @@ def chart(phases: list[dict[str, Any]], path: Path) -> None:
     axis.set_ylabel("peak RSS, MiB")
     axis.set_title("memory reading and writing 1M and 5M entries (availableNow, local[2])")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", default="1000000,5000000")
     args = parser.parse_args()
     sizes = [int(r) for r in args.rows.split(",")]

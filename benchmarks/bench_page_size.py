@@ -22,7 +22,6 @@ against the default page size's. Writes benchmarks/results/page-size.json and pa
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import RedisCpu
 from envelope_stream import STREAM, STREAM_PREFIX, TOPIC, publish, time_slices
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, results_for, write_report
+from run_report import benchmark_parser, chart_note, pyplot, results_for, save_chart, write_report
 
 from atlasbus.source_options import DEFAULT_PAGE_SIZE
 
@@ -163,15 +162,12 @@ def chart(figures: dict[int, dict[str, float]], rows: int, path: Path) -> None:
     right.set_ylabel("another client's XADD, ms")
     right.legend(fontsize=8)
     figure.suptitle(f"pageSize: reading {rows:,} entries in 2 processes, one redis-server")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--sizes", default="1000,2000,3000,5000,10000")
     parser.add_argument("--repeat", type=int, default=3)

@@ -42,7 +42,6 @@ machine; results go to peer-bytecode.json (peer-5M-bytecode.json).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -56,7 +55,7 @@ from bench_source import one_task_per_core, prebuilt_batch, spark_ceiling, spark
 from cpu_meter import RedisCpu, SparkCpu
 from envelope_stream import STREAM, publish
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, results_for, write_report
+from run_report import benchmark_parser, chart_note, pyplot, results_for, save_chart, write_report
 from served_process import ServedProcess
 from session_process import ONE_TASK_PER_CORE, SparkSessionProcess
 
@@ -156,15 +155,12 @@ def chart(rows_per_s: dict[str, tuple[float, float]], path: Path, rows: int) -> 
     axis.set_title("atlasbus and spark-redis: same stream, same Redis, same run", fontsize=10)
     axis.set_xlim(0, max(in_batch + end_to_end) * 1.15)
     axis.legend(loc="center right", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--redraw", action="store_true", help="only draw the chart from the JSON")

@@ -43,7 +43,6 @@ compare within one machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -57,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from run_report import chart_note, pyplot
+from run_report import benchmark_parser, chart_note, pyplot, save_chart
 
 RESULTS = Path(__file__).parent / "results" / "planning.json"
 QUERIES = ("plain", "cap", "group")
@@ -279,13 +278,11 @@ def chart(runs: dict[str, Any], label: str, path: Path) -> None:
     axes[0].set_ylabel("ms per trigger, best of runs (driver, loopback)")
     axes[-1].legend(fontsize=7)
     fig.suptitle("Trigger planning time by stream count")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_chart(fig, path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--streams", default="10,100,1000", help="stream counts to measure")
     parser.add_argument("--entries", type=int, default=10, help="entries per stream")
     parser.add_argument("--repeat", type=int, default=5, help="runs per case (median)")

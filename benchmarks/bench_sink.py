@@ -12,11 +12,9 @@ benchmarks/results/sink.json. Machines are shared and noisy: compare within one 
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
 from installed_bytecode import compile_atlasbus
+from run_report import benchmark_parser, write_report
 
 from atlasbus.publisher import Publisher
 from atlasbus.sandbox.redis_server import RedisServer
@@ -188,11 +187,12 @@ def spark_stream(spark: Any, url: str, path: Path, exactly_once: bool, checkpoin
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2, help="runs per case; the best is kept")
     args = parser.parse_args()
     rows = args.rows
+    load_before = os.getloadavg()
 
     with tempfile.TemporaryDirectory(prefix="atlasbus-bench-") as tmp, RedisServer() as server:
         data = Path(tmp) / "input"
@@ -282,20 +282,8 @@ def main() -> None:
     print()
     for key, value in summary.items():
         print(f"{key:<32} {value}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "command": f"python benchmarks/bench_sink.py --rows {rows}",
-                "rows": rows,
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                "results": results,
-                "summary": summary,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    report = {"benchmark": "sink", "rows": rows, "results": results, "summary": summary}
+    write_report(RESULTS, report, load_before, os.getloadavg())
     print(f"\nwritten to {RESULTS}")
 
 

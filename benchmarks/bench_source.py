@@ -36,7 +36,6 @@ Prints a table and writes benchmarks/results/source.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -55,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cpu_meter import CpuSeconds, RedisCpu, SparkCpu
 from envelope_stream import STREAM, STREAM_PREFIX, TOPIC, envelope, publish, time_slices
 from installed_bytecode import compile_atlasbus
-from run_report import pyplot, results_for, write_report
+from run_report import benchmark_parser, pyplot, results_for, save_chart, write_report
 
 RESULTS = Path(__file__).parent / "results" / "source.json"
 _PREBUILT_ROWS = 10_000  # the rows of Spark alone's pre-built batch
@@ -428,9 +427,7 @@ def spark_bare_source(
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--url", help="an existing Redis (default: a private redis-server)")
@@ -699,8 +696,7 @@ def chart(
     right.set_ylabel("CPU seconds per million entries")
     right.legend(fontsize=8)
     figure.suptitle("source throughput against raw XRANGE + Arrow and Spark alone, one run")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def reachable_vs_raw(raw_wall: float, raw: CpuSeconds, spark_alone: CpuSeconds) -> float:

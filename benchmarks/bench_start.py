@@ -19,7 +19,6 @@ writes benchmarks/results/start.json and start.png.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import publish
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import benchmark_parser, chart_note, pyplot, save_chart, write_report
 from session_process import QUERIES, SparkSessionProcess
 
 from pyspark_atlasbus.spark_home import bytecode_spark_home
@@ -69,15 +68,12 @@ def chart(report: dict[str, Any], path: Path) -> None:
     axis.invert_yaxis()
     axis.set_xlabel("seconds from start() to the first micro-batch (median, range)")
     axis.set_title("A streaming query's start: pyspark compiled each time, or its bytecode")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=8)
     args = parser.parse_args()

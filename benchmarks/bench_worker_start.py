@@ -21,7 +21,6 @@ for other --rows).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import publish
 from installed_bytecode import compile_atlasbus
-from run_report import chart_note, pyplot, write_report
+from run_report import benchmark_parser, chart_note, pyplot, save_chart, write_report
 from session_process import SparkSessionProcess
 
 from pyspark_atlasbus.session import WORKER_DAEMON
@@ -83,15 +82,12 @@ def chart(figures: dict[str, Any], path: Path, rows: int) -> None:
         axis.set_ylabel(label + " (median, range)", fontsize=8)
         axis.legend(fontsize=8)
     figure.suptitle(f"{rows:,} entries: workers forked by pyspark's daemon or by atlasbus's")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_chart(figure, path)
 
 
 def main() -> None:
     compile_atlasbus()
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--idle", type=float, default=65.0, help="seconds without a query")

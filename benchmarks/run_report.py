@@ -1,7 +1,9 @@
-"""The JSON every benchmark writes to benchmarks/results/, with what it records of its run."""
+"""What every benchmark shares: its command line, and the JSON and chart it writes to
+benchmarks/results/, with what it records of its run."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -45,6 +47,20 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line, its module docstring (commands and all) as ``--help``."""
+    return argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def save_chart(figure: Any, path: Path, dpi: int = 110) -> None:
+    """Lay ``figure`` out, write it to ``path`` as a PNG and free it."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=dpi)
+    pyplot().close(figure)
 
 
 def chart_note(path: Path) -> str:
