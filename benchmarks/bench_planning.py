@@ -191,8 +191,8 @@ def measure(
             with measured(client, trips, run := new_run()):
                 query.start()
             runs["start"].append(run)
-            if name == "group":  # its batch 0, empty: "first" is the trigger after it
-                query.trigger()
+            if query.reader.options.starting.moves:  # batch 0 ends at the start, empty:
+                query.trigger()  # "first" is the trigger after it, the backlog's
             with measured(client, trips, run := new_run()):
                 query.trigger()
             run["partitions"] = query.partitions
