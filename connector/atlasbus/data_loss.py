@@ -3,11 +3,15 @@
 Loss is looked for at two moments:
 
 - when a batch is planned (driver, ``lost_before_planning``): entries of the batch's range that
-  are already gone. Redis 7 counts every entry ever added (``entries-added``), so with the
-  count recorded at the previous batch's end the number added since is exact, and comparing it
-  with the number present gives the number lost. Without counts (Redis 6.2, or a start the
-  query did not plan itself), only what the boundaries show is reported: the entry the query
-  last read gone with nothing before it left (a trim past it), or an XDEL inside the range;
+  are already gone. History removed before the query started is never loss: the start records
+  Redis 7's removal counter (``Accounted``), and while it has not moved no entry can be
+  missing, whatever older XDELs the range holds. Redis 7 counts every entry ever added
+  (``entries-added``), so with the count recorded at the previous batch's end the number added
+  since is exact, and comparing it with the number present gives the number lost. Without
+  counts (Redis 6.2, a batch cut short of the newest entry, a checkpoint of an older atlasbus),
+  only what the boundaries show is reported: the entry the query last read gone with nothing
+  before it left (a trim past it), or the newest XDEL inside the range, the range then
+  starting where the removals were last all accounted for;
 - when a task has read its piece (executor, ``lost_while_reading``): the piece's entry count
   recorded at planning against the count read, so entries deleted between planning and the
   read, or between two attempts of the task, are found and counted.
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import DataLossError
-from atlasbus.stream_plan import LostEntries
+from atlasbus.stream_plan import Accounted, LostEntries
 from atlasbus.streams import StreamInfo
 
 if TYPE_CHECKING:
@@ -36,6 +40,27 @@ log = logging.getLogger("atlasbus.data_loss")
 def nothing_remains_up_to(info: StreamInfo, position: EntryId) -> bool:
     """True when no entry at or before ``position`` is left: a trim (or XDELs) passed it."""
     return info.first is None or info.first > position
+
+
+def nothing_removed_since(info: StreamInfo, accounted: Accounted | None) -> bool:
+    """Redis 7: no entry was removed from the stream since every removal was accounted for.
+
+    ``entries-added`` gone back below what was recorded means the stream was deleted and made
+    again, whose counters start over: then nothing is known.
+    """
+    return (
+        accounted is not None
+        and info.entries_added is not None
+        and info.removed == accounted.removed
+        and info.entries_added >= accounted.added
+    )
+
+
+def accounted_at(info: StreamInfo, position: EntryId) -> Accounted | None:
+    """The stream's removals, all accounted for up to ``position`` (None on Redis 6.2)."""
+    if info.entries_added is None or info.removed is None:
+        return None
+    return Accounted(info.removed, info.entries_added, position)
 
 
 def needs_count(after: EntryId, info: StreamInfo) -> bool:
@@ -60,6 +85,7 @@ def lost_before_planning(
     *,
     added: int | None,
     present: int | None,
+    accounted: Accounted | None = None,
     walked: bool = False,
     counted_info: StreamInfo | None = None,
 ) -> LostEntries | None:
@@ -67,7 +93,9 @@ def lost_before_planning(
 
     ``added`` is how many entries were added to the range (Redis 7 counters), ``present`` how
     many are in it now; both None when unknown. ``after`` is an entry the query read (or ZERO
-    for a stream new to the query, whose trimmed history is not loss).
+    for a stream new to the query, whose trimmed history is not loss). ``accounted`` is what
+    the batch's start recorded of the stream's removals (see ``Accounted``): while nothing was
+    removed since, nothing is lost.
     ``walked``: ``present`` was counted by walking the range, after ``info`` was taken. An
     entry deleted in between is among the missing but past what ``info`` knows of
     deletions, so their upper bound is taken from ``counted_info``, XINFO asked after the
@@ -79,6 +107,8 @@ def lost_before_planning(
         # entries-added went backwards: the stream was deleted and created again since
         upper = info.first.predecessor() if info.first is not None else upto
         return LostEntries(stream, after, min(upper, upto))
+    if nothing_removed_since(info, accounted):
+        return None
     if added is not None and present is not None:
         missing = added - present
         if missing <= 0:
@@ -91,9 +121,14 @@ def lost_before_planning(
     newest_deleted = info.max_deleted
     if newest_deleted is not None and newest_deleted > after:
         # Redis 7: an XDEL reached past the last-read entry; an unread entry went with it if
-        # the XDEL'd ID is in the range (past the range's end Redis cannot tell: not reported).
+        # the XDEL'd ID is in the range. Past the range's end Redis cannot tell, and the
+        # removals stay unaccounted for: the batch that reaches the XDEL'd ID reports from
+        # where they were last all accounted for, so a removal in a batch between is inside.
         if newest_deleted <= upto:
-            return LostEntries(stream, after, newest_deleted)
+            since = after
+            if accounted is not None and accounted.after < after:
+                since = accounted.after
+            return LostEntries(stream, since, newest_deleted)
         return None
     if not nothing_remains_up_to(info, after):
         return None  # the last-read entry or an older one is still there: no trim passed it

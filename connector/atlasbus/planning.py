@@ -28,15 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from atlasbus.data_loss import (
+    accounted_at,
     lost_before_planning,
     needs_count,
     nothing_remains_up_to,
+    nothing_removed_since,
     on_data_loss,
 )
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.offsets import StreamOffsets
 from atlasbus.source_options import SourceOptions
-from atlasbus.stream_plan import LostEntries, StreamPlan
+from atlasbus.stream_plan import Accounted, LostEntries, StreamPlan
 from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk
 
 COUNT_CUTS_UP_TO = 500_000
@@ -60,6 +62,23 @@ class ReadRange:
     removed: int | None = None
 
 
+def with_baselines(catalog: StreamCatalog, positions: Mapping[str, EntryId]) -> StreamOffsets:
+    """A query's starting offsets, each stream's removals recorded as accounted for; driver.
+
+    Whatever was removed before the query started is history, not loss (``Accounted``): one
+    XINFO round trip for all the streams, when the start is chosen. A stream absent from the
+    start is new to the query, and its first batch records the same.
+    """
+    streams = [stream for stream in sorted(positions) if positions[stream] != ZERO]
+    infos = catalog.info(streams) if streams else {}
+    plans: dict[str, StreamPlan] = {}
+    for stream, position in positions.items():
+        info = infos.get(stream)
+        accounted = accounted_at(info, position) if info is not None else None
+        plans[stream] = StreamPlan(position, accounted=accounted)
+    return StreamOffsets.from_plans(plans)
+
+
 def mark_batch(
     catalog: StreamCatalog,
     options: SourceOptions,
@@ -68,19 +87,25 @@ def mark_batch(
     *,
     infos: Mapping[str, StreamInfo | None] | None = None,
     walks: Mapping[str, Walk] | None = None,
+    removed_by_query: Mapping[str, int] | None = None,
 ) -> StreamOffsets:
     """The batch's end offset with each advancing stream's plan recorded; driver.
 
     ``infos`` (XINFO STREAM taken when the end was chosen) and ``walks`` (entries counted by
-    admission control) are reused when given. A stream that does not advance keeps the plan
-    of ``start`` verbatim, so an idle query's end offset equals its start and Spark runs no
-    batch, and costs no question to Redis. The advancing streams' questions are asked
-    together, a few round trips in all whatever their number (see ``_plan_streams``).
+    admission control) are reused when given. ``removed_by_query`` counts the entries the
+    query itself removed from each stream since ``start`` was planned, all at or below its
+    position (``trimConsumed``, ``sweepDelete``): accounted for, never loss. A stream that
+    does not advance keeps the plan of ``start`` verbatim, so an idle query's end offset equals
+    its start and Spark runs no batch, and costs no question to Redis. The advancing streams'
+    questions are asked together, a few round trips in all whatever their number (see
+    ``_plan_streams``).
     """
     advancing = [s for s in sorted(end) if end[s] > start.get(s, ZERO)]
     if infos is None or any(s not in infos for s in advancing):
         infos = {**(infos or {}), **catalog.info(advancing)}
-    planned = _plan_streams(catalog, options, start, end, advancing, infos, walks or {})
+    planned = _plan_streams(
+        catalog, options, start, end, advancing, infos, walks or {}, removed_by_query or {}
+    )
     plans: dict[str, StreamPlan] = {}
     for stream in end:
         if stream in planned:
@@ -103,8 +128,14 @@ class _Planning:
     walk: Walk | None
     added: int | None
     present: int | None
+    accounted: Accounted | None = None
     first: EntryId | None = None
     cuts: tuple[EntryId, ...] = ()
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing was removed from the stream since its removals were all accounted for."""
+        return self.after == ZERO or nothing_removed_since(self.info, self.accounted)
 
 
 def _plan_streams(
@@ -115,6 +146,7 @@ def _plan_streams(
     advancing: list[str],
     infos: Mapping[str, StreamInfo | None],
     walks: Mapping[str, Walk],
+    removed_by_query: Mapping[str, int],
 ) -> dict[str, StreamPlan]:
     """Plan every advancing stream; Redis is asked in steps, each one round trip (or a few
     for long walks) for all the streams that need it:
@@ -130,10 +162,12 @@ def _plan_streams(
         if info is None:  # deleted since the end was chosen: nothing to cut, a task finds it gone
             plans[stream] = StreamPlan(end[stream], cuts=(), counts=None)
             continue
-        work.append(_known(stream, start, end[stream], info, walks.get(stream)))
+        planning = _known(stream, start, end[stream], info, walks.get(stream))
+        planning.accounted = _accounted_before(start, stream, removed_by_query.get(stream, 0))
+        work.append(planning)
     size = options.max_entries_per_partition
 
-    recount = [w for w in work if w.present is None and w.after != ZERO]
+    recount = [w for w in work if w.present is None and not w.quiet]
     recount = [w for w in recount if needs_count(w.after, w.info)]
     _count(catalog, size, recount)
     for w in recount:
@@ -141,7 +175,13 @@ def _plan_streams(
         w.present = w.walk.total
     losses = {
         w.stream: lost_before_planning(
-            w.stream, w.after, w.upto, w.info, added=w.added, present=w.present
+            w.stream,
+            w.after,
+            w.upto,
+            w.info,
+            added=w.added,
+            present=w.present,
+            accounted=w.accounted,
         )
         for w in work
     }
@@ -159,6 +199,7 @@ def _plan_streams(
                 w.info,
                 added=w.added,
                 present=w.present,
+                accounted=w.accounted,
                 walked=True,
                 counted_info=later[w.stream],
             )
@@ -221,8 +262,37 @@ def _plan_streams(
             cuts=cuts,
             counts=plan_counts,
             lost=(lost.after, lost.upto, lost.count) if lost is not None else None,
+            accounted=_accounted_after(w),
         )
     return plans
+
+
+def _accounted_before(start: StreamOffsets, stream: str, removed_by_query: int) -> Accounted | None:
+    """What ``start`` recorded of the stream's removals, plus those the query made since."""
+    accounted = start.plan(stream).accounted if stream in start else None
+    if accounted is None or not removed_by_query:
+        return accounted
+    return Accounted(accounted.removed + removed_by_query, accounted.added, accounted.after)
+
+
+def _accounted_after(w: _Planning) -> Accounted | None:
+    """The removals accounted for at the batch's end, for the next batch (``Accounted``).
+
+    All of them are when nothing was removed since the start's record, and when every
+    removal lies at or below the batch's end (every XDEL, and the trims: an entry at or below
+    the end is left): those above its start are reported with this batch. An XDEL or a trim
+    past the end leaves them as the start recorded them: where the removals went is not known
+    until a batch reaches it, and the next batch's checks run whatever the counter says.
+    """
+    now = accounted_at(w.info, w.upto)
+    if w.quiet:
+        return now
+    info = w.info
+    xdels_placed = info.max_deleted is None or info.max_deleted <= w.upto
+    trims_placed = (info.first is not None and info.first <= w.upto) or (
+        info.last_generated <= w.upto
+    )
+    return now if xdels_placed and trims_placed else w.accounted
 
 
 def _known(

@@ -19,7 +19,10 @@ Redis and that a replay must reuse therefore lives here, in the end offset:
 - ``removed``: Redis 7's count of entries ever removed from the stream (``entries-added`` minus
   ``length``) when planned, so a task can tell that nothing was removed since;
 - ``lost``: entries of the range already gone when planned, reported (once per dead-letter ID)
-  whenever the batch is planned or replanned.
+  whenever the batch is planned or replanned;
+- ``accounted``: Redis 7, where every removal the stream had seen is known to be harmless or
+  reported (``Accounted``), so the next batch tells history deleted before the query started
+  (never loss) from entries deleted under it.
 
 An offset value is either the plain entry ID string (what users write in ``startingOffsets``,
 and what checkpoints of atlasbus 0.1 hold) or an object with ``id`` and the facts above. Pure
@@ -67,6 +70,34 @@ class LostEntries:
 
 
 @dataclass(frozen=True)
+class Accounted:
+    """Redis 7: every entry the stream's removal counter had counted at ``removed`` went before
+    the query started, was at or below ``after`` when it went, or was reported as lost.
+
+    While the counter still says ``removed`` (and ``entries-added`` has not gone back below
+    ``added``: the stream was not deleted and made again), nothing was removed since: no
+    entry above the position can be missing, whatever XDELs older history holds. Once it
+    moved, the removals not yet placed may lie anywhere above ``after``, which is where a
+    conservative report starts (``atlasbus.data_loss``).
+    """
+
+    removed: int
+    added: int
+    after: EntryId
+
+    def to_json_value(self) -> dict[str, Any]:
+        return {"removed": self.removed, "added": self.added, "after": str(self.after)}
+
+    @classmethod
+    def from_json_value(cls, value: Any, *, what: str) -> Accounted:
+        return cls(
+            int(value["removed"]),
+            int(value["added"]),
+            EntryId.parse(value["after"], what=f"{what} accounted"),
+        )
+
+
+@dataclass(frozen=True)
 class StreamPlan:
     """One stream's entry in a batch's end offset (see the module docstring)."""
 
@@ -77,6 +108,7 @@ class StreamPlan:
     cuts: tuple[EntryId, ...] = ()
     counts: tuple[int, ...] | None = None
     lost: tuple[EntryId, EntryId, int | None] | None = None
+    accounted: Accounted | None = None
 
     @property
     def entries_read(self) -> int | None:
@@ -92,6 +124,7 @@ class StreamPlan:
             and not self.cuts
             and self.counts is None
             and self.lost is None
+            and self.accounted is None
         )
 
     def to_json_value(self) -> str | dict[str, Any]:
@@ -111,6 +144,8 @@ class StreamPlan:
         if self.lost is not None:
             after, upto, count = self.lost
             value["lost"] = {"after": str(after), "upto": str(upto), "count": count}
+        if self.accounted is not None:
+            value["accounted"] = self.accounted.to_json_value()
         return value
 
     @classmethod
@@ -138,6 +173,12 @@ class StreamPlan:
             index = value.get("index")
             read = value.get("read")
             removed = value.get("removed")
+            accounted_raw = value.get("accounted")
+            accounted = (
+                Accounted.from_json_value(accounted_raw, what=what)
+                if accounted_raw is not None
+                else None
+            )
             plan = cls(
                 EntryId.parse(value["id"], what=what),
                 index=int(index) if index is not None else None,
@@ -146,6 +187,7 @@ class StreamPlan:
                 cuts=cuts,
                 counts=counts,
                 lost=lost,
+                accounted=accounted,
             )
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             if isinstance(exc, OffsetError):

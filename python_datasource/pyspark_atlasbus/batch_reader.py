@@ -7,8 +7,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
+from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses, with_baselines
 from atlasbus.positions import ending_offsets, starting_offsets
 from atlasbus.source_options import SourceOptions
 from atlasbus.streams import StreamCatalog
@@ -24,7 +23,8 @@ class AtlasbusBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Resolve both ends now and plan the ranges; driver."""
         catalog = StreamCatalog(self.options.endpoint)
-        start = StreamOffsets(starting_offsets(catalog, self.options, create_group=False))
+        # what Redis holds now is the read: nothing removed before it is loss
+        start = with_baselines(catalog, starting_offsets(catalog, self.options, create_group=False))
         end = mark_batch(catalog, self.options, start, ending_offsets(catalog, self.options))
         report_recorded_losses(self.options, start, end)
         return [RangePartition(self.options, r) for r in plan_ranges(self.options, start, end)]

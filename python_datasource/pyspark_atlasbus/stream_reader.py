@@ -24,7 +24,7 @@ from atlasbus.entry_id import EntryId
 from atlasbus.lag import entries_after, latest_with_counts
 from atlasbus.offsets import StreamOffsets
 from atlasbus.pacing import TriggerPacer, new_entries_at_least
-from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
+from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses, with_baselines
 from atlasbus.positions import BatchEnd, batch_end, latest_offsets, starting_offsets
 from atlasbus.retention import trim_consumed
 from atlasbus.source_options import SourceOptions
@@ -62,6 +62,9 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pinned_end: StreamOffsets | None = None
         # minEntriesPerTrigger: the last count, reused while neither end moved (idle polls).
         self._counted: tuple[StreamOffsets, StreamOffsets, int] | None = None
+        # Entries this query removed (trimConsumed, sweepDelete: all below its committed
+        # position) since each stream's last plan: accounted for, never loss (mark_batch).
+        self._removed_by_query: dict[str, int] = {}
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -76,9 +79,15 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         run from a later start than it was planned from would skip the entries between.
         """
         if self._initial is None:
-            self._initial = StreamOffsets(starting_offsets(self._catalog, self.options))
+            catalog = self._catalog
+            self._initial = with_baselines(catalog, starting_offsets(catalog, self.options))
             self._batch_0_to_run = self.options.starting.moves
         return self._initial.to_dict()
+
+    def _is_initial(self, offsets: StreamOffsets) -> bool:
+        """Whether ``offsets`` is where this driver's ``initialOffset`` started (positions:
+        its recorded removals aside)."""
+        return self._initial is not None and offsets.positions() == self._initial.positions()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_entries_per_trigger is not None:
@@ -113,12 +122,21 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Batch 0 of a start that moves reads nothing: a driver restarted before batch 0
         # commits runs it again from a new initialOffset (later), and only an end equal to
         # the first start keeps the entries after that start for batch 1.
-        plans_batch_0 = self._batch_0_to_run and committed == self._initial
+        plans_batch_0 = self._batch_0_to_run and self._is_initial(committed)
         chosen = committed
         if not plans_batch_0 and not self._holds_back(catalog, committed, end):
             chosen = mark_batch(
-                catalog, self.options, committed, end.positions, infos=end.infos, walks=end.walks
+                catalog,
+                self.options,
+                committed,
+                end.positions,
+                infos=end.infos,
+                walks=end.walks,
+                removed_by_query=self._removed_by_query,
             )
+            for stream in chosen:
+                if chosen[stream] != committed.get(stream):  # a new plan counts them
+                    self._removed_by_query.pop(stream, None)
         self._latest_report = latest_with_counts(
             catalog,
             self.options,
@@ -188,6 +206,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             require_group=False,
             delete_below=dict(committed.positions()),
         )
+        for swept in result.streams:
+            self._count_removed(swept.stream, swept.deleted)
         total = result.total
         if total.exhausted:
             log.info(
@@ -203,10 +223,17 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _report_deleted_streams(
         self, committed: StreamOffsets, infos: Mapping[str, StreamInfo | None]
     ) -> None:
-        """A stream gone (DEL) since the last trigger while it held entries not yet read."""
+        """A stream gone (DEL) since the last trigger while it held entries not yet read.
+
+        Its newest entry then present is what counts: IDs XDELed before (the newest ever
+        generated may be one) were not there to lose.
+        """
         for stream, info in infos.items():
             if info is not None:
-                self._newest_seen[stream] = info.last_generated
+                if info.last is not None:
+                    self._newest_seen[stream] = info.last
+                else:
+                    self._newest_seen.pop(stream, None)
                 continue
             newest = self._newest_seen.pop(stream, None)
             if stream in committed and newest is not None and newest > committed[stream]:
@@ -237,14 +264,14 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = StreamOffsets.from_dict(start, what="start offset")
         last = StreamOffsets.from_dict(end, what="end offset")
         batch_0, self._batch_0_to_run = self._batch_0_to_run, False
-        if batch_0 and first == self._initial:
+        if batch_0 and self._is_initial(first):
             # Batch 0 of a start that moves, planned by latestOffset to read nothing, or
             # replayed after a restart from the new driver's own (later, or earlier) answer:
             # it ends at the query's start either way, and reads nothing. Spark runs batch 0
             # from initialOffset's answer, and before any other batch of this driver.
             self._count_as_first_trigger()
             self._pinned_end = last.positions()
-        if first == self._initial and last.positions() == self._pinned_end:
+        if self._is_initial(first) and last.positions() == self._pinned_end:
             return []  # batch 0, however often Spark asks for its partitions
         report_recorded_losses(self.options, first, last)
         ranges = plan_ranges(self.options, first, last)
@@ -267,9 +294,12 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._mirror_group(committed)
         # The query's start: batch 0's end for a start that moves (after a restart, this
         # driver's own initialOffset answered later than the start), else that answer.
-        start = self._pinned_end if self._pinned_end is not None else self._initial
+        start = self._pinned_end
+        if start is None and self._initial is not None:
+            start = self._initial.positions()
         if self.options.trim_consumed and committed.positions() != start:
             for result in trim_consumed(self.options.endpoint, dict(committed)):
+                self._count_removed(result.stream, result.removed)
                 log.info(
                     "trimConsumed: %s trimmed below %s (%d removed, held by %s)",
                     result.stream,
@@ -278,6 +308,10 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ", ".join(holder.describe() for holder in result.held_by) or "nobody",
                 )
         self._committed_seen = committed.positions()
+
+    def _count_removed(self, stream: str, removed: int) -> None:
+        if removed:
+            self._removed_by_query[stream] = self._removed_by_query.get(stream, 0) + removed
 
     def _mirror_group(self, committed: StreamOffsets) -> None:
         """Move ``group`` to the committed positions that changed since the last move.
