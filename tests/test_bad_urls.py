@@ -27,9 +27,10 @@ SOURCE_ACCEPTED = (
     "trimConsumed, url, username"
 )
 URL_PARAMETERS = (
-    "client_name, db, health_check_interval, max_connections, protocol, socket_connect_timeout, "
-    "socket_keepalive, socket_timeout, ssl_ca_certs, ssl_ca_path, ssl_cert_reqs, ssl_certfile, "
-    "ssl_check_hostname, ssl_keyfile, ssl_min_version, ssl_password"
+    "client_name, db, health_check_interval, max_connections, password, protocol, "
+    "socket_connect_timeout, socket_keepalive, socket_timeout, ssl_ca_certs, ssl_ca_path, "
+    "ssl_cert_reqs, ssl_certfile, ssl_check_hostname, ssl_keyfile, ssl_min_version, "
+    "ssl_password, username"
 )
 
 BAD_URLS = [
@@ -158,10 +159,15 @@ BAD_URLS = [
         "option 'url' has query parameter ssl_ca_certs='/no/such/ca.pem', but there is no such "
         "file: it must be the path of an existing file",
     ),
-    (
+    (  # an unknown parameter's value may be a secret: never shown
         "redis://h:6379/0?sockettimeout=5",
         "option 'url' has unknown query parameter 'sockettimeout', got "
-        f"'redis://h:6379/0?sockettimeout=5'; accepted parameters: {URL_PARAMETERS}",
+        f"'redis://h:6379/0?sockettimeout=***'; accepted parameters: {URL_PARAMETERS}",
+    ),
+    (
+        "redis://h:6379/0?passwd=s3cret-url-pw",
+        "option 'url' has unknown query parameter 'passwd', got "
+        f"'redis://h:6379/0?passwd=***'; accepted parameters: {URL_PARAMETERS}",
     ),
     (
         "redis://u:s3cret-url-pw@h:6379/x",
@@ -319,6 +325,22 @@ def test_good_urls_pass(tmp_path: Path) -> None:
         ("rediss://h?SSL_PASSWORD=TOPSECRET", "rediss://h?SSL_PASSWORD=***"),
         ("redis://:pa?ss@h:6379/0", "redis://:***@h:6379/0"),
         ("unix:///tmp/inst@main/r.sock", "unix:///tmp/inst@main/r.sock"),
+        # the query's password, and every parameter atlasbus does not know, are hidden too
+        ("redis://h/0?password=S3cr3t&db=1", "redis://h/0?password=***&db=1"),
+        ("redis://u:pw@h/0?password=S3cr3t", "redis://u:***@h/0?password=***"),
+        (
+            "redis://h/0?username=bob&passwd=S3&pwd=S3&token=S3",
+            "redis://h/0?username=bob&passwd=***&pwd=***&token=***",
+        ),
+        (
+            "redis://h/0?pass%77ord=S3&PASSWORD=S3&Password=S3",
+            "redis://h/0?pass%77ord=***&PASSWORD=***&Password=***",
+        ),
+        ("redis://h/0?password=", "redis://h/0?password=***"),
+        ("redis://h/0?password=S3#frag", "redis://h/0?password=***"),
+        # an @ in a hidden value: read as the end of a user part too, both readings are hidden
+        ("rediss://h?ssl_password=TOP@SECRET", "rediss://***"),
+        ("redis://:pa?x=1@h", "redis://:***"),
         ("default:SECRET@host:6379", "default:***@host:6379"),
     ],
 )

@@ -1,8 +1,9 @@
 """A Redis password never shows: not in errors, plans, progress, files, Spark's log or the CLI.
 
-One server wants a distinctive password. The source, the sink (the password in the URL and in
-the ``password`` option), failing connections (a wrong password that contains the right one, an
-unreachable port), ``atlasbus demo`` and ``atlasbus dlq summary/show/replay`` all run with it;
+One server wants a distinctive password. The source, the sink (the password in the URL, in its
+query string and in the ``password`` option), failing connections (a wrong password that
+contains the right one, an unreachable port, an unknown query parameter holding it),
+``atlasbus demo``, ``atlasbus status`` and ``atlasbus dlq summary/show/replay`` all run with it;
 every output they make is captured (stdout and stderr, Spark's log at INFO, ``explain(True)``,
 progress JSON, exception texts, every file written under the working folder: checkpoints and
 Delta tables) and searched for the password.
@@ -34,8 +35,12 @@ import os, traceback
 
 from pyspark_atlasbus.session import local_session
 
-url, bare, wrong, unreachable, password = (
-    os.environ[k] for k in ("LEAK_URL", "LEAK_BARE", "LEAK_WRONG", "LEAK_UNREACHABLE", "LEAK_PW")
+url, bare, wrong, unreachable, password, in_query, wrong_query = (
+    os.environ[k]
+    for k in (
+        "LEAK_URL", "LEAK_BARE", "LEAK_WRONG", "LEAK_UNREACHABLE", "LEAK_PW", "LEAK_QUERY",
+        "LEAK_WRONG_QUERY",
+    )
 )
 spark = local_session("leak", log_level="INFO", delta=False)  # Redis credentials: no Delta needed
 spark.sparkContext.setLogLevel("INFO")
@@ -62,8 +67,8 @@ def read(**options):
     return reader.load()
 
 
-# batch reads: the password in the URL, then in the option
-for options in ({"url": url}, {"url": bare, "password": password}):
+# batch reads: the password in the URL, in its query string, then in the option
+for options in ({"url": url}, {"url": in_query}, {"url": bare, "password": password}):
     frame = read(**options)
     frame.explain(True)
     show("batch rows", frame.collect())
@@ -97,9 +102,10 @@ sink.explain(True)
 show("sink lastProgress", sink.lastProgress.json)
 show("sink recentProgress", [p.json for p in sink.recentProgress])
 
-# batch sink with the password in the URL
+# batch sink with the password in the URL, then in its query string
 written = spark.range(3).selectExpr("to_json(named_struct('n', id)) as payload", "'batch' as topic")
 written.write.format("atlasbus").mode("append").option("url", url).option("streamPrefix", "leak").save()
+written.write.format("atlasbus").mode("append").option("url", in_query).option("streamPrefix", "leak").save()
 show("batch write", "done")
 
 # failing connections: a wrong password (it contains the right one), a port nobody listens on
@@ -119,6 +125,9 @@ for label, bad in (("wrong password", wrong), ("unreachable", unreachable)):
         .option("checkpointLocation", f"checkpoints/{label.replace(' ', '-')}")
         .trigger(availableNow=True).start().awaitTermination(300),
     )
+# a wrong password in the query string (it contains the right one), and an unknown parameter
+attempt("wrong query password read", lambda: read(url=wrong_query).collect())
+attempt("unknown parameter read", lambda: read(url=bare + "?passwd=" + password).collect())
 spark.stop()
 """
 
@@ -162,6 +171,8 @@ def test_the_password_shows_nowhere(server: RedisServer, tmp_path: Path) -> None
     bare = f"redis://127.0.0.1:{server.port}/0"
     wrong = f"redis://:{PASSWORD}-wrong@127.0.0.1:{server.port}/0"
     unreachable = f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"
+    query = f"{bare}?password={PASSWORD}"
+    wrong_query = f"{bare}?password={PASSWORD}-wrong"
 
     spark_output = run(
         [sys.executable, "-c", SPARK_PARTS],
@@ -171,15 +182,19 @@ def test_the_password_shows_nowhere(server: RedisServer, tmp_path: Path) -> None
         LEAK_WRONG=wrong,
         LEAK_UNREACHABLE=unreachable,
         LEAK_PW=PASSWORD,
+        LEAK_QUERY=query,
+        LEAK_WRONG_QUERY=wrong_query,
     )
     # the child ran its parts: a failure to start would otherwise pass as "no password"
     assert "== recentProgress" in spark_output, spark_output[-3000:]
     assert "== batch write" in spark_output, spark_output[-3000:]
     assert "== unreachable stream: str" in spark_output, spark_output[-3000:]
+    assert "== wrong query password read: str" in spark_output, spark_output[-3000:]
+    assert "unknown query parameter 'passwd'" in spark_output, spark_output[-3000:]
     assert "\nno error\n" not in spark_output, "a failing connection did not fail"
     assert " INFO " in spark_output, "Spark's log at INFO was not captured"
     assert client.xlen(f"{PREFIX}:copied") == 5
-    assert client.xlen(f"{PREFIX}:batch") == 3
+    assert client.xlen(f"{PREFIX}:batch") == 6
 
     replay = ["dlq", "replay", "--table", str(tmp_path / "dead_letters"), "--stream-prefix", PREFIX]
     commands: dict[str, tuple[list[str], dict[str, str]]] = {
@@ -187,17 +202,28 @@ def test_the_password_shows_nowhere(server: RedisServer, tmp_path: Path) -> None
         "show": (["dlq", "show", "--table", replay[3]], {}),
         "dry run": ([*replay, "--url", url, "--dry-run"], {}),
         "wrong password": ([*replay, "--url", wrong], {}),
+        "wrong password (query)": ([*replay, "--url", wrong_query], {}),
+        "unknown parameter": ([*replay, "--url", f"{bare}?passwd={PASSWORD}"], {}),
         "unreachable": ([*replay, "--url", unreachable], {}),
         "replay": ([*replay, "--url", url], {}),
         "replay, $REDIS_URL": (replay, {"REDIS_URL": url}),
-        "demo": (["demo", "--url", url, "--duration", "3", "--output", "demo"], {}),
+        "status (query)": (["status", "--url", query, "--stream-prefix", PREFIX], {}),
+        # test_demo.py runs the demo with the password in the URL's user part
+        "demo": (["demo", "--url", query, "--duration", "3", "--output", "demo"], {}),
     }
     cli = {name: run([*CLI, *argv], tmp_path, **env) for name, (argv, env) in commands.items()}
-    for failing in ("wrong password", "unreachable"):  # errors that name the server, not hangs
+    for failing in (
+        "wrong password",
+        "wrong password (query)",
+        "unreachable",
+    ):  # errors that name the server, not hangs
         assert not cli[failing].startswith("exit 0") and "127.0.0.1" in cli[failing], cli[failing]
     assert "would replay 1 dead letter(s)" in cli["dry run"], cli["dry run"]
     assert "replayed 1" in cli["replay"], cli["replay"]
     assert "accounted" in cli["demo"], cli["demo"]
+    assert "password=***" in cli["demo"], cli["demo"]  # its next steps, as printed
+    assert "unknown query parameter 'passwd'" in cli["unknown parameter"], cli["unknown parameter"]
+    assert f"{PREFIX}:orders" in cli["status (query)"], cli["status (query)"]
     dead_letters = str(DeltaTable(replay[3]).to_pyarrow_table().to_pylist())
     client.close()
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
 
@@ -39,8 +39,11 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _BOOLEANS = ("true", "false", "yes", "no", "1", "0", "y", "n", "t", "f")
 _CERT_REQS = ("none", "optional", "required")
 _FILE_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-# The URL query parameters atlasbus passes to redis-py, each with how its value is checked.
+# The URL query parameters atlasbus takes, each with how its value is checked. ``username`` and
+# ``password`` are redis-py's too, but atlasbus reads them itself (see ``RedisEndpoint``).
 URL_PARAMETERS: dict[str, str] = {
+    "username": "a user name",
+    "password": "a password",
     "db": "a non-negative integer",
     CONNECT_TIMEOUT_PARAM: "a positive number of seconds",
     READ_TIMEOUT_PARAM: "a positive number of seconds",
@@ -58,7 +61,9 @@ URL_PARAMETERS: dict[str, str] = {
     "ssl_password": "the key file's password",
     "ssl_min_version": "an integer (ssl.TLSVersion)",
 }
-_SECRET_PARAMS = ("ssl_password",)
+# Parameters whose value is never shown; neither is the value of a parameter not listed above.
+_SECRET_PARAMS = ("password", "ssl_password")
+_CREDENTIAL_PARAMS = ("username", "password")
 # Parameters redis-py's connection for the scheme takes; any other fails at connect with a
 # TypeError, so it is refused with the URL instead.
 _TLS_ONLY_PARAMS = tuple(name for name in URL_PARAMETERS if name.startswith("ssl_"))
@@ -69,9 +74,11 @@ _TCP_ONLY_PARAMS = ("socket_keepalive",)
 class RedisEndpoint:
     """A Redis server, the credentials and the time limits to use on it.
 
-    ``username``/``password`` replace the URL's user and password when given. The timeouts
-    (seconds) replace the URL's ``socket_connect_timeout``/``socket_timeout`` when given; with
-    neither, ``DEFAULT_CONNECT_TIMEOUT_S`` and ``DEFAULT_READ_TIMEOUT_S`` apply.
+    ``username``/``password`` replace the URL's user and password when given; the URL's user
+    and password (``user:password@``) in turn win over its ``username``/``password`` query
+    parameters, as in redis-py. The timeouts (seconds) replace the URL's
+    ``socket_connect_timeout``/``socket_timeout`` when given; with neither,
+    ``DEFAULT_CONNECT_TIMEOUT_S`` and ``DEFAULT_READ_TIMEOUT_S`` apply.
     """
 
     url: str = field(repr=False)
@@ -121,11 +128,20 @@ class RedisEndpoint:
 
     @property
     def effective_username(self) -> str | None:
-        """The user the client logs in as: option ``username``, else the URL's, else none."""
+        """The user the client logs in as: option ``username``, else the URL's user, else its
+        ``username`` query parameter, else none."""
         if self.username is not None:
             return self.username
         user = urlsplit(self.url).username
-        return unquote(user) if user else None
+        return unquote(user) if user else _query_credential(self.url, "username")
+
+    def _effective_password(self) -> str | None:
+        """The password the client logs in with: option ``password``, else the URL's password,
+        else its ``password`` query parameter, else none. Not a property: never shown."""
+        if self.password is not None:
+            return self.password
+        password = urlsplit(self.url).password
+        return unquote(password) if password else _query_credential(self.url, "password")
 
     @property
     def user_description(self) -> str:
@@ -189,7 +205,8 @@ class RedisEndpoint:
         """A client whose credentials and timeouts are ours, not what the URL says.
 
         redis-py's ``from_url`` lets the URL's user, password and query parameters win over
-        keyword arguments, so they are taken out of the URL and passed explicitly. Timeouts are
+        keyword arguments, so they (and the ``username``/``password`` query parameters, which
+        redis-py would read too) are taken out of the URL and passed explicitly. Timeouts are
         not retried (a retry would multiply the documented bound); a dropped connection is.
         """
         import redis
@@ -199,19 +216,15 @@ class RedisEndpoint:
         query = [
             (name, value)
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
-            if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM)
+            if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM, *_CREDENTIAL_PARAMS)
         ]
         bare_url = _joined_url(
             parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment
         )
-        url_password = parts.password
-        password = self.password
-        if password is None and url_password:
-            password = unquote(url_password)
         client = redis.Redis.from_url(
             bare_url,
             username=self.effective_username,
-            password=password,
+            password=self._effective_password(),
             socket_connect_timeout=self.connect_timeout_s,
             socket_timeout=self.read_timeout_s,
             health_check_interval=30,
@@ -515,59 +528,104 @@ def _forget(endpoint: RedisEndpoint) -> None:
         client.close()
 
 
+def _query_credential(url: str, name: str) -> str | None:
+    """The URL's query parameter ``name`` as redis-py reads it: its first non-empty value."""
+    for key, value in parse_qsl(urlsplit(url).query):  # blank values left out, as redis-py does
+        if key == name:
+            return value
+    return None
+
+
 def _scrub(message: str, endpoint: RedisEndpoint) -> str:
+    """``message`` with every password the endpoint holds (option, URL, query) as ``***``."""
     url_password = urlsplit(endpoint.url).password
-    secrets = (endpoint.password, url_password, unquote(url_password) if url_password else None)
-    for secret in secrets:
-        if secret:
-            message = message.replace(secret, "***")
+    secrets = {endpoint.password, url_password, unquote(url_password) if url_password else None}
+    for start, end in _hidden_value_spans(endpoint.url):
+        value = endpoint.url[start:end]
+        secrets.update((value, unquote(value), unquote_plus(value)))
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):  # longest first
+        message = message.replace(secret, "***")
     return message
 
 
 def shown_url(url: str) -> str:
-    """The URL with its password and any ``ssl_password`` replaced by ``***``: safe to print.
+    """The URL with its password and the value of every query parameter that may be a secret
+    replaced by ``***``: safe to print.
 
-    Works on the text, not on ``urlsplit``'s reading of it, and hides too much rather than too
-    little: ``ssl_password`` wherever a parameter could start (its name percent-encoded too); a
-    password holding an unencoded ``#``, ``/`` or ``?`` cuts the URL before its ``@`` for
-    ``urlsplit``, so when the place has no ``@`` the last ``@`` after it ends the user part.
+    Shown are only the values of the parameters atlasbus takes that are not secrets: the value
+    of ``password``, ``ssl_password`` and of any parameter atlasbus does not know (``passwd``,
+    ``token``, ``PASSWORD``) is hidden, its name percent-decoded as redis-py decodes it. Works
+    on the text, not on ``urlsplit``'s reading of it, and hides too much rather than too little:
+    a parameter wherever one could start; a password holding an unencoded ``#``, ``/`` or ``?``
+    cuts the URL before its ``@`` for ``urlsplit``, so when the place has no ``@`` the last
+    ``@`` after it ends the user part. Where the two readings differ, both are hidden.
     """
-    url = _without_secret_parameters(url)
+    spans = list(_hidden_value_spans(url))
+    user_part = _hidden_user_part(url)
+    if user_part is not None:
+        spans.append(user_part)
+    shown, position = [], 0
+    for start, end in _merged(spans):
+        shown += [url[position:start], "***"]
+        position = end
+    return "".join(shown) + url[position:]
+
+
+def _hidden_user_part(url: str) -> tuple[int, int] | None:
+    """Where in ``url`` its password is (or the whole user part, when its user looks broken)."""
     scheme, separator, rest = url.partition("://")
     if not separator:  # not a URL at all ("user:password@host:6379"): shown in its refusal
         scheme, rest = "", url
+    offset = len(url) - len(rest)
     if "@" not in rest:
-        return url
+        return None
     place = rest[: _place_end(rest)]
     if "@" in place:
         at = place.rfind("@")
     elif place or scheme.lower() != "unix":  # unix:///path: an @ there is the socket's path
         at = rest.rfind("@")
     else:
-        return url
-    userinfo = rest[:at]
-    user, colon, _ = userinfo.partition(":")
+        return None
+    user, colon, _ = rest[:at].partition(":")
     if any(character in user for character in "/?#"):
-        userinfo = "***"
-    elif colon:
-        userinfo = f"{user}:***"
-    return f"{scheme}{separator}{userinfo}@{rest[at + 1 :]}"
+        return offset, offset + at
+    if colon:
+        return offset + len(user) + 1, offset + at
+    return None
+
+
+def _hidden_value_spans(url: str) -> Iterator[tuple[int, int]]:
+    """Where the values not to show are: those of parameters that are secrets or unknown.
+
+    A parameter starts after any ``?`` or ``&`` and ends at the next; its name is read as
+    ``parse_qsl`` reads it (``pass%77ord`` is ``password``) and matched exactly, as redis-py
+    and ``_check_query`` match it.
+    """
+    for piece in re.finditer(r"(?<=[?&])[^?&]*", url):
+        name, equals, _ = piece.group().partition("=")
+        if equals and not _shown_parameter(unquote_plus(name)):
+            yield piece.start() + len(name) + 1, piece.end()
+
+
+def _shown_parameter(name: str) -> bool:
+    return name in URL_PARAMETERS and name not in _SECRET_PARAMS
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that overlap or touch made one."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _place_end(rest: str) -> int:
     """Where the host part of a URL's text after ``://`` ends: its first ``/``, ``?`` or ``#``."""
     ends = [index for index in (rest.find(c) for c in "/?#") if index >= 0]
     return min(ends, default=len(rest))
-
-
-def _without_secret_parameters(url: str) -> str:
-    """``url`` with the value of every ``ssl_password`` (any case, name decoded) as ``***``."""
-    pieces = re.split(r"([?&])", url)
-    for index in range(2, len(pieces), 2):
-        name, equals, _ = pieces[index].partition("=")
-        if equals and unquote(name).lower() in _SECRET_PARAMS:
-            pieces[index] = f"{name}=***"
-    return "".join(pieces)
 
 
 def _joined_url(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
@@ -651,7 +709,7 @@ def _checked_url(url: str, origin: str) -> str:
 
 def _check_query(query: str, kind: str, origin: str, shown: str) -> None:
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if name not in URL_PARAMETERS:
+        if name not in URL_PARAMETERS:  # its value may be a secret: shown as ***
             raise ConfigurationError(
                 f"{origin} has unknown query parameter {name!r}, got {shown!r}; accepted "
                 f"parameters: {', '.join(sorted(URL_PARAMETERS))}"
