@@ -252,3 +252,66 @@ def test_a_capped_streaming_query_over_history_deleted_before_it_started_reads_e
     assert all(row["error"] is None for row in collector.rows)
     assert len(collector.sizes()) >= 18 and max(collector.sizes()) <= 150
     assert _letters(table) == []
+
+
+def _batch_of_pieces(
+    r: redis.Redis, redis_url: str, prefix: str, **extra: str
+) -> tuple[Driver, list[str], str]:
+    """A query that read 500 entries, then planned a batch of 3,000 more in pieces of 500
+    (six tasks); the stream grew by 200 after planning. Returns the driver, the IDs and the
+    planned batch's end offset."""
+    ids = publish(r, prefix, "t", 500)
+    driver = Driver(_options(redis_url, prefix, maxEntriesPerPartition="500", **extra))
+    assert driver.batch(cap=None)
+    ids += publish(r, prefix, "t", 3000, start=500, chunk=1000)
+    end_json = driver.latest(cap=None)
+    assert len(plan_ranges(driver.options, driver.start, StreamOffsets.from_json(end_json))) == 6
+    ids += publish(r, prefix, "t", 200, start=3500)
+    return driver, ids, end_json
+
+
+def _remove_while_the_batch_runs(r: redis.Redis, stream: str, ids: list[str]) -> set[str]:
+    """A trim into the third piece and XDELs in the fourth to sixth and past the batch;
+    returns the entries removed unread (the first 500 were read before)."""
+    r.xtrim(stream, minid=ids[1700], approximate=False)  # 1,200 of the batch's entries
+    deleted = {ids[i] for i in range(2100, 3500, 100)}  # 14 in the batch
+    deleted |= {ids[3550], ids[3600]}  # 2 past its end
+    r.xdel(stream, *deleted)
+    return set(ids[500:1700]) | deleted
+
+
+def test_a_loss_found_by_one_task_names_the_whole_batch_and_counts_every_entry(
+    r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    stream = f"{prefix}:t"
+    driver, ids, end_json = _batch_of_pieces(r, redis_url, prefix)
+    _remove_while_the_batch_runs(r, stream, ids)
+    with pytest.raises(DataLossError) as raised:
+        driver.run(end_json)  # the first task reads its piece and finds all 500 gone
+    text = str(raised.value)
+    assert text.startswith(
+        f"stream {stream!r}: 1214 entries after {ids[499]} up to {ids[3499]} were removed "
+        "(trimmed or deleted) before the query read them (in all, in this batch's range; "
+        f"this task's piece after {ids[499]} up to {ids[999]} misses 500)."
+    ), text
+    assert "failOnDataLoss=false" in text
+
+
+def test_with_fail_on_data_loss_false_the_dead_letters_count_every_removed_entry(
+    r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    stream = f"{prefix}:t"
+    table = str(tmp_path / "dead")
+    driver, ids, end_json = _batch_of_pieces(
+        r, redis_url, prefix, failOnDataLoss="false", deadLetterTable=table
+    )
+    removed = _remove_while_the_batch_runs(r, stream, ids)
+    driver.run(end_json)
+    while driver.batch(cap=None):
+        pass
+    assert driver.read == [i for i in ids if i not in removed]
+    letters = _letters(table)
+    assert sum(count or 0 for _, _, count in letters) == len(removed) == 1216
+    assert all(count is not None for _, _, count in letters)
+    for lo, hi, count in letters:
+        assert count == sum(1 for i in removed if lo < EntryId.parse(i) <= hi)

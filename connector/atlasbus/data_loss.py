@@ -24,15 +24,17 @@ loss is found: it names the stream, the missing range, the count where known, an
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import DataLossError
 from atlasbus.stream_plan import Accounted, LostEntries
-from atlasbus.streams import StreamInfo
+from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk
 
 if TYPE_CHECKING:
     from atlasbus.dead_letters import QueryContext
+    from atlasbus.planning import ReadRange
 
 log = logging.getLogger("atlasbus.data_loss")
 
@@ -193,6 +195,33 @@ def lost_while_reading(
     ):
         return LostEntries(stream, after, min(newest_deleted, upto))
     return None
+
+
+def lost_in_batch(catalog: StreamCatalog, read: ReadRange, lost: LostEntries) -> LostEntries:
+    """What the whole batch lost on ``read``'s stream, once its piece is found short; executor.
+
+    Counts the entries left in the batch's range: against the entries planning counted there,
+    the count is exact, and the range named is the batch's. Where planning did not count every
+    piece, the piece's own loss is returned, saying that more may be missing elsewhere.
+    """
+    piece = f"this task's piece {lost.span()} misses {lost.count if lost.count else 'some'}"
+    if read.batch is None or read.batch == (read.after, read.upto):
+        return lost
+    after, upto = read.batch
+    if read.batch_expected is None:
+        return replace(
+            lost,
+            note=f"at least that; more may be missing in this batch's other pieces "
+            f"{LostEntries(lost.stream, after, upto).span()}",
+        )
+    walk = Walk(max(read.batch_expected, 1))
+    catalog.advance_many([Advance(read.stream, after, upto, None, walk)])
+    missing = read.batch_expected - walk.total
+    if lost.count is not None and missing <= lost.count:
+        return lost
+    return LostEntries(
+        lost.stream, after, upto, missing, note=f"in all, in this batch's range; {piece}"
+    )
 
 
 def on_data_loss(

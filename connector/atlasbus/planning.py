@@ -51,7 +51,10 @@ class ReadRange:
 
     ``expected`` is how many entries the range held when planned, where known exactly;
     ``removed`` the stream's Redis 7 removal counter then. The task compares them with what it
-    finds, to report entries deleted after planning.
+    finds, to report entries deleted after planning. ``batch`` is the stream's whole range in
+    the batch, and ``batch_expected`` its entries when every piece was counted: a task that
+    finds its piece short counts the whole range, so the report says how much the batch
+    lost, not only its own piece.
     """
 
     stream: str
@@ -60,6 +63,8 @@ class ReadRange:
     upto: EntryId
     expected: int | None = None
     removed: int | None = None
+    batch: tuple[EntryId, EntryId] | None = None
+    batch_expected: int | None = None
 
 
 def with_baselines(catalog: StreamCatalog, positions: Mapping[str, EntryId]) -> StreamOffsets:
@@ -380,10 +385,23 @@ def plan_ranges(
             if plan.counts is not None and len(plan.counts) == len(pieces)
             else (None,) * len(pieces)
         )
+        known = [count for count in counts if count is not None]
+        batch_expected = sum(known) if len(known) == len(counts) else None
         for (lo, hi), count in zip(pieces, counts, strict=True):
             if count == 0:
                 continue
-            ranges.append(ReadRange(stream, topic, lo, hi, count, plan.removed))
+            ranges.append(
+                ReadRange(
+                    stream,
+                    topic,
+                    lo,
+                    hi,
+                    count,
+                    plan.removed,
+                    batch=(after, upto),
+                    batch_expected=batch_expected,
+                )
+            )
     return ranges
 
 

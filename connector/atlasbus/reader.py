@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from atlasbus.connection import raw_connection, translate_errors
-from atlasbus.data_loss import lost_while_reading, on_data_loss
+from atlasbus.data_loss import lost_in_batch, lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, decode_envelope_page, decode_raw
 from atlasbus.gc_pause import cyclic_gc_paused
 from atlasbus.planning import ReadRange
@@ -134,7 +134,10 @@ def _check_nothing_vanished(
     """Compare what the task found with what planning saw; report entries deleted since.
 
     Runs after the range is read, so a retried task (or a replayed batch) whose entries were
-    XDEL'd or trimmed in between reports them instead of passing on fewer rows silently.
+    XDEL'd or trimmed in between reports them instead of passing on fewer rows silently. When
+    the query is to fail, the error counts what the whole batch lost on the stream (the task
+    that finds it first fails the batch, and the other pieces' losses would go untold).
+    Under ``failOnDataLoss=false`` each piece records its own: together they count them all.
     """
     if read.expected is None and read.removed is None:
         return
@@ -151,6 +154,8 @@ def _check_nothing_vanished(
         info=info,
     )
     if lost is not None:
+        if options.fail_on_data_loss:
+            lost = lost_in_batch(StreamCatalog(options.endpoint), read, lost)
         on_data_loss(
             lost,
             fail_on_data_loss=options.fail_on_data_loss,

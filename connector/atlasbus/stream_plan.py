@@ -31,7 +31,7 @@ data: no Redis here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from atlasbus.entry_id import MAX_SEQ, EntryId
@@ -50,6 +50,8 @@ class LostEntries:
     after: EntryId
     upto: EntryId
     count: int | None = None
+    note: str = field(default="", compare=False)
+    """Said after the range, in brackets: where the range stands in the batch."""
 
     def describe(self) -> str:
         how_many, verb = "entries", "were"
@@ -57,9 +59,10 @@ class LostEntries:
             how_many, verb = "1 entry", "was"
         elif self.count is not None:
             how_many = f"{self.count} entries"
+        note = f" ({self.note})" if self.note else ""
         return (
             f"stream {self.stream!r}: {how_many} {self.span()} {verb} removed (trimmed or "
-            "deleted) before the query read them"
+            f"deleted) before the query read them{note}"
         )
 
     def span(self) -> str:
