@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +53,7 @@ CHUNK_BYTES = 4 * 1024 * 1024  # keeps a transaction of big messages from swelli
 MARKER_TTL_SECONDS = 7 * 24 * 3600
 MARKER_NAMESPACE = "__atlasbus_sink__"
 ANCHOR_ROWS = 32  # fingerprints of the last rows published, kept in the marker
+DISCARD_MARKERS_WITHIN_S = 1.0  # what a failed batch write's abort gives its clean-up
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -419,6 +422,65 @@ def delete_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> None:
         return
     with translate_errors(endpoint):
         endpoint.client().delete(*batch)
+
+
+def discard_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> int:
+    """Best-effort clean-up of a failed batch write's markers, given at most
+    ``DISCARD_MARKERS_WITHIN_S``; returns how many were left behind. Driver (the write's abort).
+
+    A write often fails because Redis timed out or could not be reached, and the abort then
+    meets the same server: with the write's own timeouts it waited a second full
+    ``socket_timeout`` (30 s by default) before the user saw the error, and a refused connection
+    is retried for seconds. So the delete runs in a thread of its own, on a client whose connect
+    and read timeouts are at most ``DISCARD_MARKERS_WITHIN_S`` (the URL's, when lower), and is
+    waited for that long; a healthy server deletes a few keys in well under it. When it has not
+    finished by then, or fails, the markers are left, logged with a warning, and nothing is
+    raised: Spark reports the task's error, not the clean-up's. (A thread still waiting ends
+    with its own short timeouts, or with the Python worker.)
+
+    Leaving them is safe for exactly-once. A batch write's markers are keyed by its write ID
+    (``w{uuid}``), made on the driver once per ``save()``; only attempts of that write's tasks
+    read them, and after the abort Spark runs none (a rerun of the whole write is a new write
+    with a new ID, which never reads these, so a leftover marker cannot make it skip a row).
+    Were a zombie attempt of the failed write still running, a kept marker is what stops it
+    from publishing its partition twice. A left marker costs one small string key until its
+    TTL (``MARKER_TTL_SECONDS``, 7 days) removes it.
+    """
+    batch = sorted(set(keys))
+    if not batch:
+        return 0
+    within = DISCARD_MARKERS_WITHIN_S
+    quick = replace(
+        endpoint,
+        connect_timeout=min(endpoint.connect_timeout_s, within),
+        read_timeout=min(endpoint.read_timeout_s, within),
+    )
+    failures: list[str] = []
+
+    def delete() -> None:
+        try:
+            delete_markers(quick, batch)
+        except Exception as exc:  # whatever it was, the write's own error is the one to report
+            failures.append(str(exc).split(". ")[0].rstrip("."))  # the rest names the limits
+
+    worker = threading.Thread(target=delete, name="atlasbus-discard-markers", daemon=True)
+    worker.start()
+    worker.join(within)
+    if worker.is_alive():
+        reason = f"Redis at {endpoint.description} did not answer within {within:g} s"
+    elif failures:
+        reason = failures[0]
+    else:
+        return 0
+    log.warning(
+        "the failed batch write left %d exactly-once marker(s) behind (e.g. %r): deleting them "
+        "failed (%s). No later write reads them; they expire within %d days.",
+        len(batch),
+        batch[0],
+        reason,
+        MARKER_TTL_SECONDS // 86400,
+    )
+    return len(batch)
 
 
 def retire_streaming_markers(

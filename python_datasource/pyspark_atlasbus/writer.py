@@ -29,7 +29,13 @@ from pyspark.sql.datasource import (
 )
 
 from atlasbus.errors import PublishError
-from atlasbus.publisher import Publisher, delete_markers, marker_key, retire_streaming_markers
+from atlasbus.publisher import (
+    Publisher,
+    delete_markers,
+    discard_markers,
+    marker_key,
+    retire_streaming_markers,
+)
 from atlasbus.sink_options import SinkOptions
 from pyspark_atlasbus.query_context import (
     BATCH_ID_PROPERTY,
@@ -113,8 +119,16 @@ class AtlasbusBatchWriter(DataSourceArrowWriter):
         delete_markers(self.options.endpoint, _markers(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """A failed job is not resumed (a rerun is a new write): drop what markers we know."""
-        delete_markers(self.options.endpoint, _markers(messages))
+        """A failed job is not resumed (a rerun is a new write): drop what markers we know;
+        driver.
+
+        Only housekeeping, so it is bounded and never raises (``discard_markers``): Spark does
+        not say why the job failed, and when it was Redis timing out, a clean-up with the
+        write's own timeouts waited a second full ``socket_timeout`` before the user saw the
+        error. Markers it cannot delete are logged and left to their TTL, which is safe: no
+        later write reads them (see ``discard_markers``).
+        """
+        discard_markers(self.options.endpoint, _markers(messages))
 
 
 class AtlasbusStreamWriter(DataSourceStreamArrowWriter):
