@@ -273,5 +273,23 @@ def test_a_failed_writes_marker_clean_up_takes_about_a_second_whatever_the_serve
                 f"deleting them failed (Redis at 127.0.0.1:{port} did not answer within 1 s). No "
                 "later write reads them; they expire within 7 days."
             ]
+        # a finished write's clean-up (the commit) is as bounded, and says so
+        url = f"redis://127.0.0.1:{hung_port}/0?socket_timeout=30"
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="atlasbus.publisher"):
+            left = discard_markers(
+                RedisEndpoint.from_options(url, None, None), keys, write="finished"
+            )
+        assert left == 3
+        assert caplog.messages[0].startswith("the finished batch write left 3 exactly-once")
+        # a finished write's clean-up (the commit) is as bounded, and says so
+        url = f"redis://127.0.0.1:{hung_port}/0?socket_timeout=30"
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="atlasbus.publisher"):
+            left = discard_markers(
+                RedisEndpoint.from_options(url, None, None), keys, write="finished"
+            )
+        assert left == 3
+        assert caplog.messages[0].startswith("the finished batch write left 3 exactly-once")
     finally:
         listener.close()

@@ -424,9 +424,11 @@ def delete_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> None:
         endpoint.client().delete(*batch)
 
 
-def discard_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> int:
-    """Best-effort clean-up of a failed batch write's markers, given at most
-    ``DISCARD_MARKERS_WITHIN_S``; returns how many were left behind. Driver (the write's abort).
+def discard_markers(endpoint: RedisEndpoint, keys: Iterable[str], *, write: str = "failed") -> int:
+    """Best-effort clean-up of a batch write's markers, given at most
+    ``DISCARD_MARKERS_WITHIN_S``; returns how many were left behind. Driver (the write's abort,
+    and its commit: ``write="finished"``, whose rows are all published, so a Redis that stops
+    answering then must not fail it either).
 
     A write often fails because Redis timed out or could not be reached, and the abort then
     meets the same server: with the write's own timeouts it waited a second full
@@ -473,8 +475,9 @@ def discard_markers(endpoint: RedisEndpoint, keys: Iterable[str]) -> int:
     else:
         return 0
     log.warning(
-        "the failed batch write left %d exactly-once marker(s) behind (e.g. %r): deleting them "
+        "the %s batch write left %d exactly-once marker(s) behind (e.g. %r): deleting them "
         "failed (%s). No later write reads them; they expire within %d days.",
+        write,
         len(batch),
         batch[0],
         reason,

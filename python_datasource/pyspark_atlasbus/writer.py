@@ -31,7 +31,6 @@ from pyspark.sql.datasource import (
 from atlasbus.errors import PublishError
 from atlasbus.publisher import (
     Publisher,
-    delete_markers,
     discard_markers,
     marker_key,
     retire_streaming_markers,
@@ -115,8 +114,12 @@ class AtlasbusBatchWriter(DataSourceArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """The job is done and will not run again: its markers can go; driver."""
-        delete_markers(self.options.endpoint, _markers(messages))
+        """The job is done and will not run again: its markers can go; driver.
+
+        Housekeeping as in ``abort``: every row is published by now, so a Redis that stops
+        answering here must not fail the write (a rerun would publish its rows again).
+        """
+        discard_markers(self.options.endpoint, _markers(messages), write="finished")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """A failed job is not resumed (a rerun is a new write): drop what markers we know;
