@@ -115,10 +115,12 @@ class AtlasbusDataSource(DataSource):
 
     @user_facing
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pyspark_atlasbus.spark_features import require_spark_for
         from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
         options = self._source_options()
         require_streaming_compatible(options)
+        require_spark_for(options)
         return AtlasbusStreamReader(options)
 
     def _sink_options(self, schema: StructType) -> SinkOptions:

@@ -28,23 +28,35 @@ from pyspark_atlasbus.cache_dir import cache_dir
 OFF_VALUES = ("0", "off", "false", "no")
 
 
+NOT_INSTALLED = (
+    "delta-spark is not installed (pip install 'atlasbus[delta]' where a delta-spark release "
+    "supports this pyspark)"
+)
+
+
 @dataclass(frozen=True)
 class DeltaJars:
-    """The outcome: ``jars`` (comma-separated ``file:`` URIs for ``spark.jars``) or ``why`` not."""
+    """The outcome: ``jars`` (comma-separated ``file:`` URIs for ``spark.jars``) or ``why`` not.
 
-    coordinate: str
+    ``coordinate`` is None when delta-spark is not installed (an extra: it pins pyspark).
+    """
+
+    coordinate: str | None
     jars: str | None
     why: str | None = None
 
 
-def delta_package() -> str:
-    """The Maven coordinate of delta-spark's jar matching the installed delta-spark and pyspark.
+def delta_package() -> str | None:
+    """The Maven coordinate of delta-spark's jar matching the installed delta-spark and pyspark,
+    or None when delta-spark is not installed.
 
     Asked of ``configure_spark_with_delta_pip`` itself (on a throwaway builder), so the version
     is the installed Python package's, never a second copy kept here.
     """
-    from delta import configure_spark_with_delta_pip
-
+    try:
+        from delta import configure_spark_with_delta_pip
+    except ImportError:
+        return None
     builder = configure_spark_with_delta_pip(SparkSession.Builder())
     return str(builder._options["spark.jars.packages"])
 
@@ -65,6 +77,8 @@ def find_delta_jars(ivy_settings: dict[str, str] | None = None) -> DeltaJars:
     pass them.
     """
     coordinate = delta_package()
+    if coordinate is None:
+        return DeltaJars(None, None, NOT_INSTALLED)
     remembered = cache_file(coordinate)
     if remembered.is_file():
         jars = remembered.read_text().strip()

@@ -12,10 +12,11 @@ for the ``--add-modules`` flag Spark's launcher always passes, before any loggin
 
 Delta Lake: by default the session is started with delta-spark's jars and its SQL extension and
 catalog, so ``format("delta")``, ``delta.`path``` SQL, OPTIMIZE and VACUUM work. The jars are
-the coordinate ``delta.configure_spark_with_delta_pip`` computes from the installed delta-spark,
-fetched from Maven Central once (see ``delta_jars``: quietly, then from the disk). When they
-cannot be had (no network on first use, no cache) one line on stderr says so, the session
-starts without them, and atlasbus reads and writes its Delta tables with delta-rs.
+the coordinate ``delta.configure_spark_with_delta_pip`` computes from the installed delta-spark
+(the ``delta`` extra) and pyspark, fetched from Maven Central once (see ``delta_jars``: quietly,
+then from the disk). When they cannot be had (delta-spark not installed, no network on first
+use, no jar for this Spark line) one line on stderr says so, the session starts without them,
+and atlasbus reads and writes its Delta tables with delta-rs.
 ``delta_lake_note()`` returns that line (None when the jars loaded).
 
 Query starts: the JVM is started from a copy of its SPARK_HOME whose ``pyspark.zip`` is pyspark
@@ -154,7 +155,10 @@ def _delta_settings(
             theirs = base.get("spark.jars", "").strip()
             jars = f"{found.jars},{theirs}" if theirs else found.jars
             return {**local, **base, **DELTA_EXTENSIONS, "spark.jars": jars}
-        why = f"{found.coordinate} could not be fetched ({found.why}; no Maven Central?)"
+        if found.coordinate is None:
+            why = found.why or "delta-spark is not installed"
+        else:
+            why = f"{found.coordinate} could not be fetched ({found.why}; no Maven Central?)"
     if delta:
         raise RuntimeError(f"the Delta Lake jars are needed and cannot be had: {why}")
     _note = (

@@ -2,6 +2,12 @@
 
 ``initialOffset``/``latestOffset``/``partitions``/``commit`` run on the driver; ``read`` runs on
 executors from a pickled copy, so it uses only what its partition carries.
+
+pyspark 4.2 and later call ``latestOffset(start, limit)``; 4.0 and 4.1 call ``latestOffset()``
+with no start (``spark_features``), and the reader tracks where the next micro-batch starts as
+Spark's own wrapper of simple readers does on those lines: ``initialOffset``'s answer before
+anything else, then the end of the last ``partitions`` call (a restart's first call is
+``partitions(E, E)`` with the offset log's newest end) or of its own last answer.
 """
 
 from __future__ import annotations
@@ -12,12 +18,6 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from atlasbus.data_loss import on_data_loss
 from atlasbus.entry_id import EntryId
@@ -31,6 +31,12 @@ from atlasbus.source_options import SourceOptions
 from atlasbus.stream_plan import LostEntries
 from atlasbus.streams import StreamCatalog, StreamInfo
 from pyspark_atlasbus.partition import RangePartition, read_partition
+from pyspark_atlasbus.spark_features import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark_atlasbus.user_errors import user_facing
 
 log = logging.getLogger("atlasbus.stream_reader")
@@ -65,6 +71,8 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Entries this query removed (trimConsumed, sweepDelete: all below its committed
         # position) since each stream's last plan: accounted for, never loss (mark_batch).
         self._removed_by_query: dict[str, int] = {}
+        # pyspark 4.0/4.1, which give latestOffset no start: where the next batch starts.
+        self._next_start: dict[str, object] | None = None
 
     @property
     def _catalog(self) -> StreamCatalog:
@@ -102,9 +110,21 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     @user_facing
-    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
-        """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver."""
+    def latestOffset(
+        self, start: dict[str, object] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, object]:
+        """The next batch's end: all available, or at most ``maxEntriesPerTrigger``; driver.
+
+        pyspark 4.0/4.1 give neither ``start`` nor ``limit`` (see the module docstring).
+        """
         max_entries = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if start is None:
+            start = self._next_start if self._next_start is not None else self.initialOffset()
+            self._next_start = answer = self._latest_from(start, max_entries)
+            return answer
+        return self._latest_from(start, max_entries)
+
+    def _latest_from(self, start: dict[str, object], max_entries: int | None) -> dict[str, object]:
         committed = StreamOffsets.from_dict(start, what="start offset")
         # Spark asks for the next batch only once the previous one is committed, and it does
         # not call commit() after the last batch of an availableNow run: mirror it here too.
@@ -263,6 +283,7 @@ class AtlasbusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Plan the batch's ranges; the same offsets always give the same entries; driver."""
         first = StreamOffsets.from_dict(start, what="start offset")
         last = StreamOffsets.from_dict(end, what="end offset")
+        self._next_start = end
         batch_0, self._batch_0_to_run = self._batch_0_to_run, False
         if batch_0 and self._is_initial(first):
             # Batch 0 of a start that moves, planned by latestOffset to read nothing, or

@@ -22,11 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from atlasbus.errors import PublishError
 from atlasbus.publisher import (
@@ -134,7 +130,14 @@ class AtlasbusBatchWriter(DataSourceArrowWriter):
         discard_markers(self.options.endpoint, _markers(messages))
 
 
-class AtlasbusStreamWriter(DataSourceStreamArrowWriter):
+try:  # pyspark 4.1 and later
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamArrowWriter
+except ImportError:  # pyspark 4.0: its worker feeds Arrow batches to any DataSourceArrowWriter
+    # and calls the streaming commit(messages, batchId)/abort(messages, batchId) by name
+    _StreamArrowWriter = DataSourceArrowWriter  # type: ignore[assignment,misc]
+
+
+class AtlasbusStreamWriter(_StreamArrowWriter):
     """``df.writeStream.format("atlasbus")``."""
 
     def __init__(self, options: SinkOptions) -> None:
