@@ -195,3 +195,37 @@ def test_options_that_need_admission_control_work_or_are_refused_naming_the_vers
         assert collector.sizes() == [100, 100, 50]
     else:  # an availableNow run is never held back (its hold is in tests/test_pacing.py)
         assert collector.sizes() == [250]
+
+
+def test_the_group_mirror_and_trim_consumed_follow_the_committed_position(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """Both act on the start of each next batch, which 4.0/4.1 do not hand the reader."""
+    stream = f"{prefix}:orders"
+    first = publish(r, prefix, "orders", 40)
+    collector = BatchCollector(columns=("id",))
+    query = (
+        stream_reader(spark, redis_url, prefix, topics="orders", group="etl", trimConsumed="true")
+        .writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        second = publish(r, prefix, "orders", 30, start=40)
+        query.processAllAvailable()
+        (group,) = r.xinfo_groups(stream)
+        mirrored = group["last-delivered-id"].decode()
+        kept = [entry_id.decode() for entry_id, _ in r.xrange(stream)]
+        third = publish(r, prefix, "orders", 5, start=70)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert [row["id"] for row in collector.rows] == first + second + third
+    # processAllAvailable returns after a trigger found nothing new, which started from the
+    # last batch's end: committed by then, so mirrored and trimmed to
+    assert mirrored == second[-1]
+    assert kept == [second[-1]]
+    (group,) = r.xinfo_groups(stream)
+    assert group["last-delivered-id"].decode() == third[-1]
+    assert [entry_id.decode() for entry_id, _ in r.xrange(stream)] == [third[-1]]
