@@ -20,6 +20,8 @@ maxEntriesPerTrigger       cap per micro-batch across all streams
 minEntriesPerTrigger,      streaming only: wait for this many new entries, but never longer
 maxTriggerDelay            than the delay (15m) since the last batch, as Kafka's source
 maxEntriesPerPartition     split a stream's range into tasks of about this many (250000)
+minPartitions              Kafka's: cut each batch into about this many tasks at least, by
+                           time, streams sharing them by their share of the batch's entries
 failOnDataLoss             true (default): fail when unread entries were trimmed; false: go
                            on (and record a data-loss dead letter with deadLetterTable)
 deadLetterTable            Delta table path: malformed entries go there (stage
