@@ -247,7 +247,8 @@ def test_demo_next_steps_run_as_printed_without_the_password(demo_run: DemoRun) 
     # The replay it suggests has something to replay on the demo's data (a dry run here: the
     # explorer test replays for real), once *** is replaced by the password as it says.
     replay = _next_step(demo_run.stdout, "dlq replay --table")
-    done = _run_as_printed(replay.replace("***", PASSWORD) + " --dry-run")
+    assert replay.endswith("--dry-run  # then without --dry-run to publish them")
+    done = _run_as_printed(replay.replace("***", PASSWORD))  # the whole line, as pasted
     assert done.returncode == 0, done.stdout + done.stderr
     match = re.search(r"would replay (\d+) dead letter\(s\).* 0 not replayable", done.stdout)
     assert match and int(match.group(1)) > 0, done.stdout

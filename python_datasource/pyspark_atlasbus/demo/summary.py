@@ -217,10 +217,11 @@ def next_steps(paths: Paths, url: str, *, redis_alive: bool) -> list[str]:
         f"  {atlasbus} dlq summary --table {table}",
         f"  {atlasbus} dlq show --table {table} --where \"reason = 'invalid-json'\"",
     ]
-    if redis_alive:
+    if redis_alive:  # a dry run first, as the README says: it lists what would be published
         lines.append(
             f"  {atlasbus} dlq replay --table {table} --url {shlex.quote(shown)} "
-            f"--stream-prefix {STREAM_PREFIX} --where \"reason = '{REPLAY_REASON}'\""
+            f"--stream-prefix {STREAM_PREFIX} --where \"reason = '{REPLAY_REASON}'\" --dry-run"
+            "  # then without --dry-run to publish them"
         )
     env = f"ATLASBUS_DEAD_LETTERS={table}"
     if redis_alive:
