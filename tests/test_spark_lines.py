@@ -229,3 +229,20 @@ def test_the_group_mirror_and_trim_consumed_follow_the_committed_position(
     (group,) = r.xinfo_groups(stream)
     assert group["last-delivered-id"].decode() == third[-1]
     assert [entry_id.decode() for entry_id, _ in r.xrange(stream)] == [third[-1]]
+
+
+def test_the_lag_listener_reports_lag_or_says_once_why_it_cannot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pyspark_atlasbus.lag import LagListener
+
+    with caplog.at_level("WARNING", logger="atlasbus.lag"):
+        LagListener()
+    if ADMISSION_CONTROL:
+        assert caplog.messages == []
+    else:
+        assert caplog.messages == [
+            f"LagListener: pyspark {pyspark.__version__} puts no latest offset of a Python data "
+            "source in progress reports (pyspark 4.2 does), so there is no lag to report; a "
+            "query's 'group' shows its lag in XINFO GROUPS and `atlasbus status` instead"
+        ]

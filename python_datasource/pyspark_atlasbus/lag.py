@@ -28,6 +28,20 @@ class LagListener(StreamingQueryListener):
     """Keeps, logs and forwards each query's entries behind latest per stream."""
 
     def __init__(self, on_lag: LagCallback | None = None) -> None:
+        from pyspark_atlasbus.spark_features import (
+            ADMISSION_CONTROL,
+            ADMISSION_CONTROL_SINCE,
+            SPARK_VERSION,
+        )
+
+        if not ADMISSION_CONTROL:  # said once, where the listener is made: never silent
+            log.warning(
+                "LagListener: pyspark %s puts no latest offset of a Python data source in "
+                "progress reports (pyspark %s does), so there is no lag to report; a query's "
+                "'group' shows its lag in XINFO GROUPS and `atlasbus status` instead",
+                SPARK_VERSION,
+                ADMISSION_CONTROL_SINCE,
+            )
         self.on_lag = on_lag
         self.latest: dict[str, dict[str, int | None]] = {}
         """The last figures per query (name or id), per stream."""

@@ -27,6 +27,7 @@ from atlasbus.source_options import SourceOptions
 
 __all__ = [
     "ADMISSION_CONTROL",
+    "ADMISSION_CONTROL_SINCE",
     "SPARK_VERSION",
     "ReadAllAvailable",
     "ReadLimit",
