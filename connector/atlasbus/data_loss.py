@@ -62,7 +62,8 @@ def accounted_at(info: StreamInfo, position: EntryId) -> Accounted | None:
     """The stream's removals, all accounted for up to ``position`` (None on Redis 6.2)."""
     if info.entries_added is None or info.removed is None:
         return None
-    return Accounted(info.removed, info.entries_added, position)
+    deleted = info.max_deleted if info.max_deleted != ZERO else None
+    return Accounted(info.removed, info.entries_added, position, deleted)
 
 
 def needs_count(after: EntryId, info: StreamInfo) -> bool:
@@ -129,7 +130,13 @@ def lost_before_planning(
         if newest_deleted <= upto:
             since = after
             if accounted is not None and accounted.after < after:
-                since = accounted.after
+                # one removal since, and the newest XDEL moved: that XDEL was it, here
+                only_this = (
+                    info.removed is not None
+                    and info.removed - accounted.removed == 1
+                    and newest_deleted != accounted.deleted
+                )
+                since = after if only_this else accounted.after
             return LostEntries(stream, since, newest_deleted)
         return None
     if not nothing_remains_up_to(info, after):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from atlasbus.data_loss import (
     accounted_at,
@@ -277,7 +277,7 @@ def _accounted_before(start: StreamOffsets, stream: str, removed_by_query: int) 
     accounted = start.plan(stream).accounted if stream in start else None
     if accounted is None or not removed_by_query:
         return accounted
-    return Accounted(accounted.removed + removed_by_query, accounted.added, accounted.after)
+    return replace(accounted, removed=accounted.removed + removed_by_query)
 
 
 def _accounted_after(w: _Planning) -> Accounted | None:
@@ -430,8 +430,17 @@ def recorded_losses(start: Mapping[str, EntryId], end: StreamOffsets) -> list[Lo
             continue
         lost = end.plan(stream).lost
         if lost is not None:
-            losses.append(LostEntries(stream, *lost))
+            note = WIDENED if lost[0] < start.get(stream, ZERO) else ""
+            losses.append(LostEntries(stream, *lost, note=note))
     return losses
+
+
+WIDENED = (
+    "somewhere in this range: Redis keeps only the newest deleted ID, so the range starts "
+    "where every removal was last accounted for; what earlier batches read of it is in the "
+    "output"
+)
+"""Said of a loss reported from before the batch's start (``data_loss.lost_before_planning``)."""
 
 
 def pieces_wanted(min_partitions: int | None, entries: Mapping[str, int]) -> dict[str, int]:

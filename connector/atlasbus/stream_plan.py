@@ -87,16 +87,27 @@ class Accounted:
     removed: int
     added: int
     after: EntryId
+    deleted: EntryId | None = None
+    """The newest ID XDELed by then (``max-deleted-entry-id``), None if none was."""
 
     def to_json_value(self) -> dict[str, Any]:
-        return {"removed": self.removed, "added": self.added, "after": str(self.after)}
+        value: dict[str, Any] = {
+            "removed": self.removed,
+            "added": self.added,
+            "after": str(self.after),
+        }
+        if self.deleted is not None:
+            value["deleted"] = str(self.deleted)
+        return value
 
     @classmethod
     def from_json_value(cls, value: Any, *, what: str) -> Accounted:
+        deleted = value.get("deleted")
         return cls(
             int(value["removed"]),
             int(value["added"]),
             EntryId.parse(value["after"], what=f"{what} accounted"),
+            EntryId.parse(deleted, what=f"{what} accounted") if deleted is not None else None,
         )
 
 
