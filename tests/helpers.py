@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -138,3 +139,21 @@ def raw_fields_of_pages(entries: list[Any]) -> list[Any]:
         batch.validate(full=True)
         assert batch.to_pylist() == expected
     return list(batch.column("fields").to_pylist())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 120) -> None:
+    """Poll ``condition`` every 50 ms until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def completed_tasks(spark: Any, group: str) -> int:
+    """Tasks finished in the running stages, once a job of ``group`` runs (nothing else runs
+    in this process meanwhile)."""
+    tracker = spark.sparkContext.statusTracker()
+    if not tracker.getJobIdsForGroup(group):
+        return 0
+    stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
+    return sum(stage.numCompletedTasks for stage in stages if stage is not None)

@@ -15,12 +15,14 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import redis
+
+from helpers import completed_tasks, wait_until
 
 READ_TIMEOUT_S = 5
 HANG_WORD = b"hang-here"
@@ -107,22 +109,6 @@ def proxy(redis_url: str) -> Iterator[FreezingProxy]:
     running = FreezingProxy((parts.hostname or "127.0.0.1", parts.port or 6379), HANG_WORD)
     yield running
     running.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def completed_tasks(spark: Any, group: str) -> int:
-    """Tasks finished in the running stages, once a job of ``group`` runs."""
-    tracker = spark.sparkContext.statusTracker()
-    if not tracker.getJobIdsForGroup(group):
-        return 0
-    stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
-    return sum(stage.numCompletedTasks for stage in stages if stage is not None)
 
 
 def test_a_batch_write_to_a_redis_that_hangs_fails_within_one_read_timeout(

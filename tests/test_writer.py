@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from helpers import publish, stream_reader
+from helpers import completed_tasks, publish, stream_reader, wait_until
 
 BAD_ROW = 7  # of 10 in the failing task: rows 0-4 are published first
 ROW_ERROR = f"cannot publish row {BAD_ROW} (topic 't'): column 'payload' is not a JSON object"
@@ -40,23 +39,6 @@ def markers(r: redis.Redis, prefix: str) -> dict[str, bytes]:
     """Every marker key under the prefix and its value (a registry hash shows as b"hash")."""
     keys = sorted(k.decode() for k in r.scan_iter(match=f"{prefix}:__atlasbus_sink__:*"))
     return {key: (r.get(key) if r.type(key) == b"string" else r.type(key)) or b"" for key in keys}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def completed_tasks(spark: Any, group: str) -> int:
-    """Tasks finished in the running stages, once a job of ``group`` runs (nothing else runs
-    in this process meanwhile)."""
-    tracker = spark.sparkContext.statusTracker()
-    if not tracker.getJobIdsForGroup(group):
-        return 0
-    stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
-    return sum(stage.numCompletedTasks for stage in stages if stage is not None)
 
 
 @pytest.mark.usefixtures("small_arrow_batches")

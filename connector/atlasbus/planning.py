@@ -142,6 +142,22 @@ class _Planning:
         """Nothing was removed from the stream since its removals were all accounted for."""
         return self.after == ZERO or nothing_removed_since(self.info, self.accounted)
 
+    def lost(
+        self, *, walked: bool = False, counted_info: StreamInfo | None = None
+    ) -> LostEntries | None:
+        """``lost_before_planning`` with what is known of the range so far."""
+        return lost_before_planning(
+            self.stream,
+            self.after,
+            self.upto,
+            self.info,
+            added=self.added,
+            present=self.present,
+            accounted=self.accounted,
+            walked=walked,
+            counted_info=counted_info,
+        )
+
 
 def _plan_streams(
     catalog: StreamCatalog,
@@ -178,18 +194,7 @@ def _plan_streams(
     for w in recount:
         assert w.walk is not None
         w.present = w.walk.total
-    losses = {
-        w.stream: lost_before_planning(
-            w.stream,
-            w.after,
-            w.upto,
-            w.info,
-            added=w.added,
-            present=w.present,
-            accounted=w.accounted,
-        )
-        for w in work
-    }
+    losses = {w.stream: w.lost() for w in work}
     # A walk counts after XINFO was taken: an entry deleted in between lies past what that
     # XINFO bounds, so a loss a walk counted takes its bound from XINFO asked again (one
     # round trip, only then).
@@ -197,17 +202,7 @@ def _plan_streams(
     if recheck:
         later = catalog.info([w.stream for w in recheck])
         for w in recheck:
-            losses[w.stream] = lost_before_planning(
-                w.stream,
-                w.after,
-                w.upto,
-                w.info,
-                added=w.added,
-                present=w.present,
-                accounted=w.accounted,
-                walked=True,
-                counted_info=later[w.stream],
-            )
+            losses[w.stream] = w.lost(walked=True, counted_info=later[w.stream])
 
     uncounted = [w for w in work if w.walk is None]
     # the first entry is needed to estimate an unknown count, and to cut by time
