@@ -40,6 +40,7 @@ CHILD_SPARK_FILES: dict[str, frozenset[str]] = {
     ),
     "test_notebooks.py": frozenset({"test_explorer_bins_fit_the_span"}),
     "test_sink_exactly_once.py": frozenset(),
+    "test_readme.py": frozenset(),
 }
 # Single tests elsewhere that start Spark in a child process.
 CHILD_SPARK_TESTS: frozenset[tuple[str, str]] = frozenset(
