@@ -272,3 +272,34 @@ def test_a_reader_gone_from_the_output_ends_the_command_quietly(
     err = process.stderr.read()
     assert process.wait(timeout=120) == 1
     assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "error"),
+    [
+        (
+            ["status", "--prefx", "x"],
+            "usage: atlasbus status ",
+            "atlasbus status: error: unrecognized arguments: --prefx x; did you mean --prefix?",
+        ),
+        (
+            ["dlq", "replay", "--table", "t", "--dryrun"],
+            "usage: atlasbus dlq replay ",
+            "atlasbus dlq replay: error: unrecognized arguments: --dryrun; did you mean --dry-run?",
+        ),
+        (
+            ["trim", "--zzz"],
+            "usage: atlasbus trim ",
+            "atlasbus trim: error: unrecognized arguments: --zzz\n",
+        ),
+    ],
+    ids=["status", "dlq-replay", "no-close-flag"],
+)
+def test_a_mistyped_flag_gets_the_subcommands_usage_and_the_closest_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str, error: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith(usage), err
+    assert err.endswith(error if error.endswith("\n") else error + "\n"), err
