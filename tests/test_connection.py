@@ -502,3 +502,24 @@ def test_rediss_against_a_plain_text_port_says_so_within_the_read_timeout(redis_
         "instead of rediss://; the limits are the URL parameters socket_connect_timeout and "
         "socket_timeout (seconds, in option 'url')."
     )
+
+
+@pytest.mark.parametrize("core", ["source", "sink"])
+@pytest.mark.usefixtures("fresh_clients")
+def test_a_refused_connection_fails_at_once_naming_host_and_port(core: str) -> None:
+    """Nothing listens there: retrying cannot help, and it took 7-12 s with redis-py's retries
+    (issue 58). The ceiling is generous: the machine may be loaded."""
+    port = free_port()
+    endpoint = RedisEndpoint.from_options(f"redis://127.0.0.1:{port}/0", None, None)
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailableError) as caught:
+        if core == "source":
+            StreamCatalog(endpoint).info(["atlas_bus:orders"])
+        else:
+            delete_markers(endpoint, ["atlas_bus:orders:marker"])
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0, f"took {elapsed:.1f} s"
+    assert str(caught.value).startswith(
+        f"cannot reach Redis at 127.0.0.1:{port}: Error 111 connecting to 127.0.0.1:{port}. "
+        "Connection refused."
+    )

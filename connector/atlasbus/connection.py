@@ -295,11 +295,13 @@ def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
 
 
 def _retry() -> Any:
-    """Retry a dropped connection 3 times (a server restarting); never a timeout or a refusal
-    (a wrong password, a TLS handshake refused).
+    """Retry a dropped connection 3 times (one lost mid-command); never a timeout or a refusal
+    (a connection refused, a wrong password, a TLS handshake refused).
 
-    A retried timeout would multiply the documented bound; a retried wrong password only makes
-    the user wait (redis-py's ``AuthenticationError`` is a ``ConnectionError``).
+    A retried timeout would multiply the documented bound; a retried refusal or wrong password
+    only makes the user wait (a wrong port took 7-12 s to fail): nothing listens there, or the
+    server said no (redis-py's ``AuthenticationError`` is a ``ConnectionError``). A query whose
+    Redis is restarting fails with the error and resumes from its checkpoint.
     """
     import redis
     from redis.backoff import EqualJitterBackoff  # in every redis-py pyproject allows
@@ -310,7 +312,11 @@ def _retry() -> Any:
             self, do, fail, is_retryable=None, with_failure_count=False
         ):
             def retryable(error: Exception) -> bool:
-                if isinstance(error, redis.AuthenticationError) or _tls_refusal(error):
+                if (
+                    isinstance(error, redis.AuthenticationError)
+                    or _tls_refusal(error)
+                    or _connection_refused(error)
+                ):
                     return False
                 return is_retryable is None or bool(is_retryable(error))
 
@@ -343,6 +349,19 @@ def _library_identity() -> dict[str, Any]:
 
     info = DriverInfo(lib_version=redis.__version__).add_upstream_driver("atlasbus", __version__)
     return {"driver_info": info}
+
+
+def _connection_refused(error: BaseException) -> bool:
+    """The connection was refused (nothing listens at the address): redis-py raises its
+    ``ConnectionError`` while handling the socket's ``ConnectionRefusedError``."""
+    seen: BaseException | None = error
+    for _ in range(5):  # the chain is short; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _tls_refusal(error: Exception) -> bool:
