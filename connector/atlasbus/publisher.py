@@ -433,10 +433,10 @@ def discard_markers(endpoint: RedisEndpoint, keys: Iterable[str], *, write: str 
     A write often fails because Redis timed out or could not be reached, and the abort then
     meets the same server: with the write's own timeouts it waited a second full
     ``socket_timeout`` (30 s by default) before the user saw the error. So the delete runs in a
-    thread of its own, on a client whose connect
-    and read timeouts are at most ``DISCARD_MARKERS_WITHIN_S`` (the URL's, when lower), and is
-    waited for that long; a healthy server deletes a few keys in well under it. When it has not
-    finished by then, or fails, the markers are left, logged with a warning, and nothing is
+    thread of its own, on a client whose connect and read timeouts are at most
+    ``DISCARD_MARKERS_WITHIN_S`` (the URL's, when lower), and is waited for that long; a
+    healthy server deletes a few keys in well under it. When it has not finished by then, or
+    fails, the markers are left, logged with a warning, and nothing is
     raised: Spark reports the task's error, not the clean-up's. (A thread still waiting ends
     with its own short timeouts, or with the Python worker.)
 
