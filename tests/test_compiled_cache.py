@@ -1,6 +1,7 @@
 """The compiled loops' machine code, cached on disk (atlasbus.compiled): loaded again while
 atlasbus's sources are the same, never once any of them has changed, and cached even where
-neither the module's directory nor the user's cache can be written.
+neither the module's directory nor the user's cache can be written: in a folder of the user's
+own in the temporary directory, and never in one another user could have made first.
 
 Each case runs Python in a process of its own, over a private copy of the package or of a
 module, so that its cache starts empty and the suite's own cache is left alone.
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 import atlasbus
 from atlasbus import xrange_reply
@@ -103,10 +107,22 @@ def test_a_change_in_any_module_of_the_package_recompiles(tmp_path: Path) -> Non
     assert probe(tmp_path) == (41, 1, 0)
 
 
-def test_compiles_where_neither_the_module_nor_the_user_can_cache(tmp_path: Any) -> None:
-    """A read-only installation run by a user without a home directory: numba refuses to
-    compile a cached function when it can write to neither place it caches, so the code
-    is cached in the temporary directory instead, and the cutter works."""
+CUT_ONE_ENTRY = (
+    "import numpy as np, copied_xrange_reply as x\n"
+    "reply = b'*1\\r\\n*2\\r\\n$3\\r\\n1-1\\r\\n*2\\r\\n$1\\r\\na\\r\\n$1\\r\\nb\\r\\n'\n"
+    "buf = np.frombuffer(reply, np.uint8).copy()\n"
+    "walk = x.Walk()\n"
+    "assert x.walk_reply(buf, len(reply), walk) == x.COMPLETE\n"
+    "page = x.cut_reply(buf, walk)\n"
+    "print(page.ids.to_pylist(), page.columns[b'a'].to_pylist())\n"
+)
+
+
+def cut_where_neither_the_module_nor_the_user_can_cache(
+    tmp_path: Path,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Cut one entry in a fresh process whose module folder and home cannot hold a cache;
+    the process's temporary directory is ``tmp_path / "tmp"``."""
     package = tmp_path / "readonly"
     package.mkdir()
     module = Path(xrange_reply.__file__).read_text()
@@ -115,25 +131,71 @@ def test_compiles_where_neither_the_module_nor_the_user_can_cache(tmp_path: Any)
     not_a_directory = tmp_path / "home-is-a-file"
     not_a_directory.write_text("")
     temporary = tmp_path / "tmp"
-    temporary.mkdir()
-    script = (
-        "import numpy as np, copied_xrange_reply as x\n"
-        "reply = b'*1\\r\\n*2\\r\\n$3\\r\\n1-1\\r\\n*2\\r\\n$1\\r\\na\\r\\n$1\\r\\nb\\r\\n'\n"
-        "buf = np.frombuffer(reply, np.uint8).copy()\n"
-        "walk = x.Walk()\n"
-        "assert x.walk_reply(buf, len(reply), walk) == x.COMPLETE\n"
-        "page = x.cut_reply(buf, walk)\n"
-        "print(page.ids.to_pylist(), page.columns[b'a'].to_pylist())\n"
-    )
+    temporary.mkdir(exist_ok=True)
     done = run_python(
-        script,
+        CUT_ONE_ENTRY,
         package,
         HOME=str(not_a_directory),
         XDG_CACHE_HOME=str(not_a_directory / "cache"),
         TMPDIR=str(temporary),
     )
+    return done, temporary / f"atlasbus-numba-{os.getuid()}"
+
+
+def test_compiles_where_neither_the_module_nor_the_user_can_cache(tmp_path: Path) -> None:
+    """A read-only installation run by a user without a home directory: the code is cached
+    in a folder of this user's alone (mode 0700) in the temporary directory."""
+    done, folder = cut_where_neither_the_module_nor_the_user_can_cache(tmp_path)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[b'1-1'] [b'b']"
-    cached = list((temporary / "atlasbus-numba-cache").rglob("copied_xrange_reply._walk-*.nbi"))
-    assert len(cached) == 1
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert folder.stat().st_uid == os.getuid()
+    assert len(list(folder.rglob("copied_xrange_reply._walk-*.nbi"))) == 1
+    assert "not a private folder" not in done.stderr
+
+
+def refused(tmp_path: Path, make: Callable[[Path], None]) -> None:
+    """A folder ``make`` puts where the private cache folder would be is not used: the
+    process warns, caches nothing there, and still cuts the entry."""
+    folder = tmp_path / "tmp" / f"atlasbus-numba-{os.getuid()}"
+    folder.parent.mkdir()
+    make(folder)
+    before = sorted(path.name for path in folder.rglob("*")) if folder.is_dir() else []
+
+    done, _ = cut_where_neither_the_module_nor_the_user_can_cache(tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[b'1-1'] [b'b']"
+    assert f"atlasbus: {folder} is not a private folder of this user" in done.stderr
+    assert "compiled code is not cached on disk" in done.stderr
+    after = sorted(path.name for path in folder.rglob("*")) if folder.is_dir() else []
+    assert after == before  # nothing written, nothing of it loaded
+
+
+def test_a_cache_folder_another_user_made_first_is_refused(tmp_path: Path) -> None:
+    """Another local user can create the folder first in a shared temporary directory (and
+    fill it with machine code); it is refused, whatever its mode."""
+    if os.getuid() != 0:
+        pytest.skip("making a folder another user owns needs root (CI runs as root)")
+
+    def foreign(folder: Path) -> None:
+        folder.mkdir(mode=0o700)
+        (folder / "planted.nbi").write_bytes(b"not ours")
+        os.chown(folder, 65534, 65534)
+
+    refused(tmp_path, foreign)
+
+
+def test_a_cache_folder_others_may_write_is_refused(tmp_path: Path) -> None:
+    def open_to_all(folder: Path) -> None:
+        folder.mkdir()
+        folder.chmod(0o777)
+
+    refused(tmp_path, open_to_all)
+
+
+def test_a_link_in_place_of_the_cache_folder_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    refused(tmp_path, lambda folder: folder.symlink_to(elsewhere))

@@ -8,9 +8,12 @@ the compiler.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -20,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
+from numba.core import caching, cgutils
 from numba.core.caching import FunctionCache
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
@@ -40,12 +43,12 @@ def binary_column(values: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def compiled(function: Callable[..., Any]) -> Any:
-    """``function`` compiled by numba, its machine code cached on disk.
+    """``function`` compiled by numba, its machine code cached on disk (``_PackageCache``).
 
-    numba caches beside the module or in the user's cache directory, and refuses to compile
-    (at import) when it can write to neither: a read-only installation run by a user without
-    a home directory. The temporary directory serves then. The code cached for one set of
-    atlasbus's sources is never loaded for another (``_PackageCache``).
+    The cache lies beside the module, else in the user's cache directory (numba's own
+    choices), else in a folder of this user's in the temporary directory
+    (``private_cache_folder``), else nowhere: the code is then compiled in each process. The
+    code cached for one set of atlasbus's sources is never loaded for another.
     """
     return _jit(function)
 
@@ -63,12 +66,47 @@ def _jit(function: Callable[..., Any], **options: Any) -> Any:
     dispatcher = njit(nogil=True, **options)(function)
     if numba.config.DISABLE_JIT:  # the plain function: nothing to cache
         return dispatcher
-    try:
-        dispatcher._cache = _PackageCache(function)
-    except RuntimeError:  # "cannot cache function ...: no locator available for file ..."
-        numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), "atlasbus-numba-cache")
+    # RuntimeError: "cannot cache function ...: no locator available for file ...". numba's
+    # null cache stays: the code is compiled in each process.
+    with contextlib.suppress(RuntimeError):
         dispatcher._cache = _PackageCache(function)
     return dispatcher
+
+
+def private_cache_folder() -> Path | None:
+    """``atlasbus-numba-<uid>`` in the temporary directory, this user's alone; None if not.
+
+    Made with mode 0700. One that exists is used only if it is a real folder (not a link),
+    owned by this user, and neither group nor others may enter it: in a shared temporary
+    directory another local user could have made it first, and code loaded from it would run
+    as this user.
+    """
+    folder = Path(tempfile.gettempdir()) / f"atlasbus-numba-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        status = folder.lstat()
+    except OSError:
+        return None
+    private = (
+        stat.S_ISDIR(status.st_mode)
+        and status.st_uid == os.getuid()
+        and stat.S_IMODE(status.st_mode) & 0o077 == 0
+    )
+    if not private:
+        warnings.warn(
+            f"atlasbus: {folder} is not a private folder of this user (owner uid "
+            f"{status.st_uid}, mode {stat.S_IMODE(status.st_mode):o}): compiled code is not "
+            "cached on disk. Remove it, or set NUMBA_CACHE_DIR to a folder of your own",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return folder
 
 
 def _package_sources() -> str:
@@ -105,6 +143,38 @@ class _PackageCache(FunctionCache):  # type: ignore[misc]
 
     def _index_key(self, signature: Any, codegen: Any) -> Any:
         return (*super()._index_key(signature, codegen), _PACKAGE_SOURCES)
+
+
+# numba 0.68 made its locators public; earlier releases name them with an underscore.
+_UserProvidedLocator: Any = getattr(
+    caching, "UserProvidedCacheLocator", getattr(caching, "_UserProvidedCacheLocator", None)
+)
+
+
+class _PrivateTemporaryLocator(_UserProvidedLocator):  # type: ignore[misc]
+    """numba's cache locator for ``private_cache_folder``: the last place tried."""
+
+    def __init__(self, py_func: Any, py_file: str) -> None:
+        super().__init__(py_func, py_file)
+        folder = private_cache_folder()
+        assert folder is not None  # from_function checked
+        self._cache_path = str(folder / self.get_suitable_cache_subpath(py_file))
+
+    @classmethod
+    def from_function(cls, py_func: Any, py_file: str) -> Any:
+        if private_cache_folder() is None:
+            return None
+        # the user-provided locator's parent: the folder is made and checked writable
+        return super(_UserProvidedLocator, cls).from_function(py_func, py_file)
+
+
+class _PackageCacheImpl(FunctionCache._impl_class):  # type: ignore[misc]
+    """numba's places to cache, then this user's private folder."""
+
+    _locator_classes = [*FunctionCache._impl_class._locator_classes, _PrivateTemporaryLocator]
+
+
+_PackageCache._impl_class = _PackageCacheImpl
 
 
 def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:

@@ -16,14 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from atlasbus.compiled_kernels import compiled_kernels_usable
 from atlasbus.connection import raw_connection, translate_errors
 from atlasbus.data_loss import lost_in_batch, lost_while_reading, on_data_loss
 from atlasbus.decode import DecodedPage, decode_envelope_page, decode_raw
 from atlasbus.gc_pause import cyclic_gc_paused
+from atlasbus.hiredis_pages import HiredisPages, ParsedReplies
 from atlasbus.planning import ReadRange
 from atlasbus.read_ahead import read_ahead
 from atlasbus.source_options import SourceOptions
@@ -31,7 +33,7 @@ from atlasbus.streams import StreamCatalog
 
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.xrange_pages import KeptReplies, Page, Part
+    from atlasbus.xrange_pages import KeptReplies, Page, Part, XrangePages
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -85,7 +87,9 @@ def read_range(
     _check_nothing_vanished(options, read, found, context)
 
 
-def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[KeptReplies]:
+def _received_replies(
+    options: SourceOptions, read: ReadRange
+) -> Generator[KeptReplies | ParsedReplies]:
     """``read``'s XRANGE replies in order, a decoding's worth at a time; on the read-ahead thread.
 
     The next page is asked for as soon as a reply's last byte has arrived, before any of it is
@@ -98,9 +102,7 @@ def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[Kept
         raw_connection(options.endpoint) as connection,
         translate_errors(options.endpoint),
     ):
-        from atlasbus.xrange_pages import XrangePages  # compiles or loads numba: executors only
-
-        pages = XrangePages(connection, any_layout=options.format == "raw")
+        pages = _pages_reader(connection, any_layout=options.format == "raw")
         pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
         awaiting_reply = True
         waiting: list[Page] = []  # replies not yet handed over
@@ -119,6 +121,16 @@ def _received_replies(options: SourceOptions, read: ReadRange) -> Generator[Kept
             if waiting and (waiting_rows >= _decode_rows(waiting) or not awaiting_reply):
                 yield pages.hand_over(waiting)
                 waiting, waiting_rows = [], 0
+
+
+def _pages_reader(connection: Any, *, any_layout: bool) -> XrangePages | HiredisPages:
+    """The compiled kernels' reader where they serve (``atlasbus.compiled_kernels``), else the
+    pure path's."""
+    if compiled_kernels_usable():
+        from atlasbus.xrange_pages import XrangePages  # loads numba: executors only
+
+        return XrangePages(connection, any_layout=any_layout)
+    return HiredisPages(connection)
 
 
 def _decode_rows(waiting: list[Page]) -> int:
