@@ -19,13 +19,23 @@ import pyarrow as pa
 
 from atlasbus.column_page import PairPage
 from atlasbus.compiled import compiled, copy_bytes
-from atlasbus.xrange_reply import COMPLETE, FULL, ReplyWalk, bulk, entry_head, grown
+from atlasbus.xrange_reply import (
+    COMPLETE,
+    FULL,
+    ReplyWalk,
+    bulk,
+    entry_head,
+    grown,
+    spans_error,
+    spans_within,
+)
 
 
 @compiled
 def _walk_pairs(
     buf: Any,
     end: int,
+    total: int,
     pos: int,
     entry: int,
     fields: int,
@@ -42,11 +52,16 @@ def _walk_pairs(
     Notes where each ID, name and value lies, and where each entry's fields end in the
     notes. Returns (status, position, entries walked, fields noted); FULL when the arrays are
     too small for the next entry's fields.
+
+    In bounds as ``atlasbus.xrange_reply._walk`` is: reads below ``end``, cut to the buffer's
+    length here; notes written below their arrays' lengths, checked first.
     """
     address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
-    entries = id_start.shape[0]
-    capacity = name_start.shape[0]
-    while entry < entries:
+    end = min(end, buf.shape[0])
+    capacity = min(name_start.shape[0], value_start.shape[0])
+    while entry < total:
+        if entry >= id_start.shape[0] or entry >= fields_end.shape[0]:
+            return FULL, pos, entry, fields
         status, start, length, names, at = entry_head(address, pos, end)
         if status != COMPLETE:
             return status, pos, entry, fields
@@ -76,7 +91,10 @@ def _walk_pairs(
 
 @compiled
 def _gather_spans(buf: Any, starts: Any, lengths: Any) -> Any:
-    """The bytes at ``starts`` (``lengths`` long) one after another: Arrow offsets and bytes."""
+    """The bytes at ``starts`` (``lengths`` long) one after another: Arrow offsets and bytes;
+    None when a span lies outside ``buf`` (checked first: every read is then in bounds)."""
+    if lengths.shape[0] < starts.shape[0] or not spans_within(buf.shape[0], starts, lengths):
+        return None
     offsets = np.zeros(starts.shape[0] + 1, np.int32)
     total = 0
     for index in range(starts.shape[0]):
@@ -98,16 +116,19 @@ class PairWalk(ReplyWalk):
 
     def start(self, entries: int, position: int) -> None:
         super().start(entries, position)
-        ids = np.empty((3, entries), np.int64)
-        pairs = np.empty((4, 8 * entries), np.int64)  # 8 fields an entry before growing
+        ids = np.empty((3, self.id_room()), np.int64)
+        pairs = np.empty((4, 8 * self.id_room()), np.int64)  # 8 fields an entry before growing
         # ID starts and lengths, where each entry's fields end; name starts and lengths, value
         # starts and lengths
         self.places = (*ids, *pairs)
 
     def grow(self) -> None:
-        """Room for more fields, keeping those noted (``_walk_pairs`` said FULL)."""
+        """Room for more entries and fields, keeping those noted (``_walk_pairs`` said FULL)."""
+        ids: tuple[np.ndarray, ...] = self.places[:3]
+        if self.walked == len(ids[0]):
+            ids = tuple(grown(ids, self.walked, min(self.entries, 2 * len(ids[0]) + 16)))
         pairs = grown(self.places[3:], self.fields, 2 * len(self.places[3]) + 16)
-        self.places = (*self.places[:3], *pairs)
+        self.places = (*ids, *pairs)
 
 
 def walk_pairs(buf: np.ndarray, end: int, walk: PairWalk) -> int:
@@ -119,7 +140,7 @@ def walk_pairs(buf: np.ndarray, end: int, walk: PairWalk) -> int:
         return header
     while True:
         status, walk.position, walk.walked, walk.fields = _walk_pairs(
-            buf, end, walk.position, walk.walked, walk.fields, *walk.places
+            buf, end, walk.entries, walk.position, walk.walked, walk.fields, *walk.places
         )
         if status != FULL:
             return int(status)
@@ -142,7 +163,10 @@ def cut_pairs(buf: np.ndarray, walks: Sequence[PairWalk]) -> PairPage:
 
 
 def _binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    offsets, data = _gather_spans(buf, starts, lengths)
+    gathered = _gather_spans(buf, starts, lengths)
+    if gathered is None:
+        raise spans_error("cutting replies into names and values")
+    offsets, data = gathered
     return pa.Array.from_buffers(
         pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from redis.exceptions import InvalidResponse
 
 from atlasbus.column_page import ColumnPage
 from atlasbus.compiled import NO_BITS, byte_at, compiled, copy_bytes, inlined, word_at
@@ -37,7 +38,7 @@ FULL = 2  # the walk's arrays for names and values are full: grow them and walk 
 # (``Walk.rest``). Only when the walk may split; otherwise the rest is walked without notes.
 LAYOUT_CHANGES = 3
 
-_ASTERISK, _DOLLAR, _CR, _MINUS, _ZERO = 42, 36, 13, 45, 48
+_ASTERISK, _DOLLAR, _CR, _LF, _MINUS, _ZERO = 42, 36, 13, 10, 45, 48
 
 
 @inlined
@@ -57,7 +58,7 @@ def _decimal(buf: int, pos: int, end: int) -> tuple[int, int]:
         if byte == _CR:
             if pos + 1 >= end:
                 return 0, -1
-            if digits == 0 or digits > 18:
+            if digits == 0 or digits > 18 or byte_at(buf, pos + 1) != _LF:
                 return 0, -2
             return (-value if negative else value), pos + 2
         if byte < 48 or byte > 57:
@@ -76,9 +77,10 @@ def _number(buf: int, pos: int, end: int) -> tuple[int, int]:
 
 
 @inlined
-def _short_length(buf: int, pos: int) -> tuple[int, int]:
-    """The decimal of 1 to 3 digits at ``pos`` ended by CR, and the position after its CRLF;
-    -1 as the position for any other text. The caller keeps ``pos + 3`` within the bytes read.
+def _short_length(buf: int, pos: int, end: int) -> tuple[int, int]:
+    """The decimal of 1 to 3 digits at ``pos`` ended by CRLF, and the position after it; -1
+    as the position for any other text, or one not all below ``end``. The caller keeps
+    ``pos + 3`` below ``end``.
 
     A bulk string's length, unrolled: ``_decimal``'s loop, whose trip count varies from value
     to value, took 40% of the walk's time.
@@ -88,15 +90,17 @@ def _short_length(buf: int, pos: int) -> tuple[int, int]:
         return 0, -1
     byte = byte_at(buf, pos + 1)
     if byte == _CR:
-        return first, pos + 3
+        return (first, pos + 3) if byte_at(buf, pos + 2) == _LF else (0, -1)
     second = byte - _ZERO
     if second < 0 or second > 9:
         return 0, -1
     byte = byte_at(buf, pos + 2)
     if byte == _CR:
-        return 10 * first + second, pos + 4
+        return (10 * first + second, pos + 4) if byte_at(buf, pos + 3) == _LF else (0, -1)
     third = byte - _ZERO
-    if third < 0 or third > 9 or byte_at(buf, pos + 3) != _CR:
+    if third < 0 or third > 9 or pos + 4 >= end or byte_at(buf, pos + 3) != _CR:
+        return 0, -1
+    if byte_at(buf, pos + 4) != _LF:
         return 0, -1
     return 100 * first + 10 * second + third, pos + 5
 
@@ -110,7 +114,7 @@ def bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
         return NOT_XRANGE, 0, 0
     start = -1
     if pos + 5 <= end:
-        length, start = _short_length(buf, pos + 1)
+        length, start = _short_length(buf, pos + 1, end)
     if start < 0:  # a longer length, or one not all read yet
         length, start = _decimal(buf, pos + 1, end)
     if start == -1:
@@ -119,7 +123,7 @@ def bulk(buf: int, pos: int, end: int) -> tuple[int, int, int]:
         return NOT_XRANGE, 0, 0
     if start + length + 2 > end:
         return MORE, 0, 0
-    if byte_at(buf, start + length) != _CR:
+    if byte_at(buf, start + length) != _CR or byte_at(buf, start + length + 1) != _LF:
         return NOT_XRANGE, 0, 0
     return COMPLETE, start, length
 
@@ -134,6 +138,7 @@ def entry_head(address: int, pos: int, end: int) -> tuple[int, int, int, int, in
         byte_at(address, pos) != _ASTERISK
         or byte_at(address, pos + 1) != 50
         or byte_at(address, pos + 2) != _CR
+        or byte_at(address, pos + 3) != _LF
     ):  # "*2\r\n"
         return NOT_XRANGE, 0, 0, 0, 0
     status, start, length = bulk(address, pos + 4, end)
@@ -160,6 +165,7 @@ _NO_ENTRY_YET = -1
 def _walk(
     buf: Any,
     end: int,
+    total: int,
     pos: int,
     entry: int,
     values: int,
@@ -179,11 +185,17 @@ def _walk(
     cutting it); at the first difference the walk returns LAYOUT_CHANGES at that entry's
     start. Returns (status, position, entries walked, values noted, width); FULL when the
     arrays are too small for the next entry.
+
+    In bounds: every byte read lies below ``end``, which is cut to the buffer's length here
+    (``bulk`` and ``entry_head`` check each read against it), and every note is written below
+    its array's length, checked before the entry's notes are written.
     """
     address = buf.ctypes.data  # the helpers read bytes by address: no reference counting
-    entries = id_start.shape[0]
+    end = min(end, buf.shape[0])
     capacity = value_start.shape[0]
-    while entry < entries:
+    while entry < total:
+        if entry >= id_start.shape[0]:
+            return FULL, pos, entry, values, width
         status, start, length, names, at = entry_head(address, pos, end)
         if status != COMPLETE:
             return status, pos, entry, values, width
@@ -254,9 +266,23 @@ def _gather(
 
     Column 0 holds the IDs, column 1 + f the values of field f. Returns the offsets (one row
     per column, int32), the bytes of all columns one after another, and where each column's
-    bytes begin in them (and where the last ends).
+    bytes begin in them (and where the last ends); None when a note lies outside ``buf``.
+
+    In bounds: the notes are checked against the buffer first (a walk made them, but a
+    caller's mistake must not read elsewhere), and every write lies in ``data``, sized by
+    the same lengths.
     """
     entries = id_start.shape[0]
+    if id_length.shape[0] < entries or value_start.shape[0] < entries * width:
+        return None
+    if value_length.shape[0] < entries * width or not spans_within(
+        buf.shape[0], id_start[:entries], id_length[:entries]
+    ):
+        return None
+    if not spans_within(
+        buf.shape[0], value_start[: entries * width], value_length[: entries * width]
+    ):
+        return None
     columns = width + 1
     offsets = np.zeros((columns, entries + 1), np.int32)
     bounds = np.zeros(columns + 1, np.int64)
@@ -280,6 +306,26 @@ def _gather(
     return offsets, data, bounds
 
 
+@inlined
+def spans_within(size: int, starts: Any, lengths: Any) -> bool:
+    """Whether every span (``starts[i]``, ``lengths[i]`` bytes) lies within ``size`` bytes."""
+    for index in range(starts.shape[0]):
+        start, length = starts[index], lengths[index]
+        if start < 0 or length < 0 or start + length > size:
+            return False
+    return True
+
+
+def spans_error(what: str) -> InvalidResponse:
+    """What a gather that found a note outside its buffer raises (a bug, not bad input)."""
+    return InvalidResponse(f"{what}: a noted span lies outside the reply's buffer")
+
+
+# IDs noted before a walk's arrays grow: a header claiming more entries than arrive (a
+# garbled reply) must not allocate for them all.
+_FIRST_IDS = 4096
+
+
 class ReplyWalk:
     """One reply's walk: where it stopped (to resume when more bytes arrive) and what it noted.
 
@@ -298,6 +344,10 @@ class ReplyWalk:
     def start(self, entries: int, position: int) -> None:
         """The reply's header is read: ``entries`` follow from ``position``."""
         self.entries, self.position, self.first_entry = entries, position, position
+
+    def id_room(self) -> int:
+        """How many entries' IDs to note before growing: all of them, up to ``_FIRST_IDS``."""
+        return min(self.entries, _FIRST_IDS)
 
     def header_read(self, buf: np.ndarray, end: int) -> int:
         """COMPLETE once the reply's array header is read (``start`` called), else MORE or
@@ -328,16 +378,20 @@ class Walk(ReplyWalk):
 
     def start(self, entries: int, position: int) -> None:
         super().start(entries, position)
-        ids = np.empty((2, entries), np.int64)
-        values = np.empty((2, 8 * entries), np.int64)  # 8 fields an entry before growing
+        ids = np.empty((2, self.id_room()), np.int64)
+        values = np.empty((2, 8 * self.id_room()), np.int64)  # 8 fields an entry before growing
         names = np.empty((2, 16), np.int64)
         # ID starts and lengths, value starts and lengths, the first entry's name starts and
         # lengths (as walked)
         self.places = (*ids, *values, *names)
 
     def grow(self) -> None:
-        """Room for more values and more names, keeping those noted (``_walk`` said FULL)."""
+        """Room for more entries, values and names, keeping those noted (``_walk`` said
+        FULL)."""
         id_start, id_length = self.places[:2]
+        if self.walked == len(id_start):
+            room = min(self.entries, 2 * len(id_start) + 16)
+            id_start, id_length = grown(self.places[:2], self.walked, room)
         values = grown(self.places[2:4], self.values, 2 * len(self.places[2]) + 16)
         names = grown(self.places[4:], max(self.width, 0), 2 * len(self.places[4]))
         self.places = (id_start, id_length, *values, *names)
@@ -371,7 +425,14 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
         return header
     while True:
         status, walk.position, walk.walked, walk.values, walk.width = _walk(
-            buf, end, walk.position, walk.walked, walk.values, walk.width, *walk.places
+            buf,
+            end,
+            walk.entries,
+            walk.position,
+            walk.walked,
+            walk.values,
+            walk.width,
+            *walk.places,
         )
         if status != FULL:
             return int(status)
@@ -403,7 +464,10 @@ def cut_replies(buf: np.ndarray, walks: Sequence[Walk], names: Sequence[bytes]) 
     width = len(names)
     id_start, id_length, value_start, value_length = _joined_places(walks)
     entries = len(id_start)
-    offsets, data, bounds = _gather(buf, id_start, id_length, value_start, value_length, width)
+    gathered = _gather(buf, id_start, id_length, value_start, value_length, width)
+    if gathered is None:
+        raise spans_error("cutting replies into columns")
+    offsets, data, bounds = gathered
     arrays = [
         pa.Array.from_buffers(
             pa.binary(), entries, [None, pa.py_buffer(column_offsets), pa.py_buffer(values)]
