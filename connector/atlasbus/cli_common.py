@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-import redis
-
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
@@ -61,6 +59,8 @@ def guarded(
     table raises (delta-rs, an object store), prefixed by ``store_advice``. A reader of the
     output that went away (``| head``) ends the command quietly.
     """
+    import redis  # loaded by the command's work already
+
     try:
         return int(action())
     except (AtlasbusError, ValueError) as exc:

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from atlasbus.cli_common import HelpFormatter, non_empty
-from atlasbus.dead_letters.maintenance import (
-    CompactResult,
-    compact,
-    parquet_files_on_disk,
-    table_retention,
-)
+
+if TYPE_CHECKING:  # loaded when the command runs (delta-rs)
+    from atlasbus.dead_letters.maintenance import CompactResult
 
 
 def add_compact(commands: Any, guard: Any) -> None:
@@ -70,6 +67,8 @@ def _hours(text: str) -> float:
 
 
 def _run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from atlasbus.dead_letters.maintenance import compact, parquet_files_on_disk
+
     out = out or sys.stdout
     local = "://" not in args.table
     on_disk = parquet_files_on_disk(args.table) if local else None
@@ -92,6 +91,8 @@ def write_compact_report(table: str, result: CompactResult, out: TextIO) -> None
         f"{result.retention_hours:g} h ago\n"
     )
     from deltalake import DeltaTable
+
+    from atlasbus.dead_letters.maintenance import table_retention
 
     own = table_retention(DeltaTable(table)).total_seconds() / 3600
     if result.retention_hours < own:

@@ -1,7 +1,7 @@
 """``atlasbus dlq show | summary | replay | sweep | compact``: the dead-letter table, by terminal.
 
 Reads and writes the table with delta-rs and pandas; never starts Spark or a JVM, which is why
-it lives in the core (``pyspark_atlasbus.cli`` only registers it). ``replay`` is
+it lives in the core (``atlasbus.cli`` only registers it). ``replay`` is
 ``atlasbus.dead_letters.replay_dead_letters``: it claims the dead letters in the table before
 publishing them, so two runs at once publish each one once (docs/dead-letters.md, Replay).
 ``sweep`` is ``atlasbus.reaper.sweep_retry_exhausted``: a consumer group's entries pending past
@@ -19,9 +19,7 @@ import importlib
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
-
-from deltalake.exceptions import DeltaError
+from typing import TYPE_CHECKING, Any, TextIO
 
 from atlasbus.cli_common import (
     HelpFormatter,
@@ -36,13 +34,13 @@ from atlasbus.cli_common import (
     subscription_from_flags,
 )
 from atlasbus.compact_cli import add_compact
-from atlasbus.dead_letters import COLUMNS, DeadLetterTable, ReplayResult, replay_dead_letters
-from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX, DEFAULT_SWEEP_MIN_IDLE_MS
-from atlasbus.reaper import SweepResult, sweep_retry_exhausted
 from atlasbus.source_options import SweepPolicy
-from atlasbus.streams import StreamCatalog
+
+if TYPE_CHECKING:  # loaded when a command runs: delta-rs and Arrow cost 0.4 s to import
+    from atlasbus.dead_letters import ReplayResult
+    from atlasbus.reaper import SweepResult
 
 SHOW_COLUMNS = (
     "dead_letter_id",
@@ -55,6 +53,9 @@ SHOW_COLUMNS = (
     "error",
     "payload",
 )
+# ``DeadLetterTable.summary``'s grouping too (tests/test_dlq_cli.py holds them equal); named
+# here so that ``--help`` need not load the table's module
+SUMMARY_BY = ("topic", "stage", "reason")
 ID_WIDTH = 12
 CELL_WIDTH = 48
 
@@ -223,6 +224,8 @@ def _frequency(text: str) -> str:
 
 def _columns(text: str, what: str, *, allow_none: bool = False) -> list[str]:
     names = [c.strip() for c in text.split(",") if c.strip()]
+    from atlasbus.dead_letters.schema import COLUMNS
+
     unknown = [c for c in names if c not in COLUMNS]
     if unknown:
         raise AtlasbusError(f"{what}: unknown column(s) {unknown}; valid: {', '.join(COLUMNS)}")
@@ -241,6 +244,8 @@ def run_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:
     columns = _columns(args.columns, "--columns")
+    from atlasbus.dead_letters import DeadLetterTable
+
     data = DeadLetterTable(args.table).to_arrow(args.where)
     total = data.num_rows
     data = data.sort_by([("dead_lettered_at", "descending"), ("dead_letter_id", "ascending")])
@@ -262,6 +267,8 @@ def run_summary(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _summary(args: argparse.Namespace, out: TextIO) -> int:
     by = _columns(args.by, "--by", allow_none=True)
+    from atlasbus.dead_letters import DeadLetterTable
+
     frame = DeadLetterTable(args.table).summary(by=by, freq=args.freq, filter=args.where)
     headers = [str(c) for c in frame.columns]
     cells = [[cell(v, width=CELL_WIDTH) for v in row] for row in frame.itertuples(index=False)]
@@ -276,6 +283,8 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    from atlasbus.dead_letters import DeadLetterTable, replay_dead_letters
+
     result = replay_dead_letters(
         DeadLetterTable(args.table),
         endpoint=endpoint_from_flag(args.url),
@@ -316,6 +325,8 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
 
 def _guard(out: TextIO, action: Callable[[], int]) -> int:
     """Known errors as one line on stderr (in the command line's words) and exit status 2."""
+    from deltalake.exceptions import DeltaError
+
     return guarded(
         "atlasbus dlq",
         action,
@@ -333,6 +344,9 @@ def _sweep(args: argparse.Namespace, out: TextIO) -> int:
     endpoint = endpoint_from_flag(args.url)
     prefix = args.stream_prefix
     subscription = subscription_from_flags(args)
+    from atlasbus.reaper import sweep_retry_exhausted
+    from atlasbus.streams import StreamCatalog
+
     streams = StreamCatalog(endpoint).discover(subscription)
     if not streams:
         raise ConfigurationError(
@@ -408,7 +422,7 @@ def write_sweep_report(result: SweepResult, out: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``atlasbus dlq ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    """``atlasbus dlq ...`` on its own (the ``atlasbus`` entry point is ``atlasbus.cli``)."""
     parser = argparse.ArgumentParser(prog="atlasbus")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
 The figures are ``atlasbus.status.bus_status``'s (where each comes from: that module's
 docstring); ``atlasbus.status_report`` renders them as a table (default), ``--json`` or
 ``--prometheus``. Runs in the command line's process; never starts Spark or a JVM, which is why
-it lives in the core (``pyspark_atlasbus.cli`` only registers it). Conventions (flags, errors as
+it lives in the core (``atlasbus.cli`` only registers it). Conventions (flags, errors as
 one line with exit status 2, credentials never shown) are ``atlasbus dlq``'s: see dlq_cli.py.
 """
 
@@ -16,9 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
-
-from deltalake.exceptions import DeltaError
+from typing import TYPE_CHECKING, Any, TextIO
 
 from atlasbus.cli_common import (
     HelpFormatter,
@@ -30,8 +28,9 @@ from atlasbus.cli_common import (
 )
 from atlasbus.errors import AtlasbusError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
-from atlasbus.status import BusStatus, bus_status
-from atlasbus.status_report import render_json, render_prometheus, render_table
+
+if TYPE_CHECKING:
+    from atlasbus.status import BusStatus
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -102,7 +101,7 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
             "atlasbus status",
             lambda: _status(args, out),
             # from delta-rs: a table or a store it cannot read
-            store_errors=(DeltaError, OSError) if args.table is not None else (),
+            store_errors=_table_errors() if args.table is not None else (),
             store_advice=f"cannot read the dead-letter table {args.table!r} (check --table)",
         )
     except KeyboardInterrupt:  # the way to stop --watch
@@ -110,6 +109,8 @@ def run_status(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _status(args: argparse.Namespace, out: TextIO) -> int:
+    from atlasbus.status import bus_status
+
     endpoint = endpoint_from_flag(args.url)
     render = _renderer(args)
     reports = 0
@@ -139,7 +140,16 @@ def _status(args: argparse.Namespace, out: TextIO) -> int:
         time.sleep(args.watch)
 
 
+def _table_errors() -> tuple[type[BaseException], ...]:
+    """What reading ``--table`` raises: delta-rs's errors (loaded only with ``--table``)."""
+    from deltalake.exceptions import DeltaError
+
+    return (DeltaError, OSError)
+
+
 def _renderer(args: argparse.Namespace) -> Callable[[BusStatus], str]:
+    from atlasbus.status_report import render_json, render_prometheus, render_table
+
     if args.json:
         indent = None if args.watch is not None else 2
         return lambda status: render_json(status, indent=indent)
@@ -162,7 +172,7 @@ def _replace(path: Path, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``atlasbus status ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    """``atlasbus status ...`` on its own (the ``atlasbus`` entry point is ``atlasbus.cli``)."""
     parser = argparse.ArgumentParser(prog="atlasbus")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@
 The command-line face of ``atlasbus.retention.trim_consumed`` with no query position: only the
 consumer groups Redis knows hold entries back (a streaming query counts through its ``group``
 option). Talks to Redis only, never starts Spark, which is why it lives in the core
-(``pyspark_atlasbus.cli`` only registers it). ``--dry-run`` says what would go and removes
+(``atlasbus.cli`` only registers it). ``--dry-run`` says what would go and removes
 nothing.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from atlasbus.cli_common import (
     HelpFormatter,
@@ -22,9 +22,11 @@ from atlasbus.cli_common import (
     guarded,
     subscription_from_flags,
 )
-from atlasbus.entry_id import EntryId
-from atlasbus.retention import DRY_RUN_COUNT_LIMIT, TrimResult, trim_consumed
-from atlasbus.streams import StreamCatalog
+from atlasbus.retention import DRY_RUN_COUNT_LIMIT
+
+if TYPE_CHECKING:
+    from atlasbus.entry_id import EntryId
+    from atlasbus.retention import TrimResult
 
 PROG = "atlasbus trim"
 
@@ -65,6 +67,9 @@ def run_trim(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _trim(args: argparse.Namespace, out: TextIO) -> int:
     endpoint = endpoint_from_flag(args.url)
     subscription = subscription_from_flags(args)
+    from atlasbus.retention import trim_consumed
+    from atlasbus.streams import StreamCatalog
+
     streams = StreamCatalog(endpoint).discover(subscription)
     positions: dict[str, EntryId | None] = dict.fromkeys(streams)
     results = trim_consumed(endpoint, positions, dry_run=args.dry_run)
@@ -105,7 +110,7 @@ def _row(result: TrimResult) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``atlasbus trim ...`` on its own (the ``atlasbus`` entry point is pyspark_atlasbus.cli)."""
+    """``atlasbus trim ...`` on its own (the ``atlasbus`` entry point is ``atlasbus.cli``)."""
     parser = argparse.ArgumentParser(prog="atlasbus")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(argv)
