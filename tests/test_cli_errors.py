@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 import redis
 
+from atlasbus import cli
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.errors import AtlasbusError, RedisUnavailableError
 from atlasbus.publisher import Publisher
@@ -28,7 +29,6 @@ from atlasbus.sink_options import parse_sink_options
 from atlasbus.source_options import parse_source_options
 from atlasbus.streams import StreamCatalog
 from helpers import publish
-from pyspark_atlasbus import cli
 
 PREFIX = "clierr"
 
@@ -265,7 +265,7 @@ def test_a_reader_gone_from_the_output_ends_the_command_quietly(
         flags = ["--url", redis_url, "--stream-prefix", PREFIX] + (
             ["--dry-run"] if command == "trim" else []
         )
-    argv = [sys.executable, "-m", "pyspark_atlasbus.cli", *command.split(), *flags]
+    argv = [sys.executable, "-m", "atlasbus.cli", *command.split(), *flags]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # before the command writes its first line (it takes a second)

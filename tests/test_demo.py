@@ -36,7 +36,7 @@ from pyspark_atlasbus.demo import GROUP, STREAM_PREFIX
 from pyspark_atlasbus.demo.common import STREAMS
 from pyspark_atlasbus.demo.summary import stream_positions
 
-DEMO = [sys.executable, "-m", "pyspark_atlasbus.cli", "demo"]
+DEMO = [sys.executable, "-m", "atlasbus.cli", "demo"]
 PASSWORD = "s3cret-demo-pw"
 PROGRESS = re.compile(
     r"^published\s+([\d,]+) \| read\s+([\d,]+) = written\s+([\d,]+) "
@@ -372,7 +372,7 @@ def test_demo_bad_arguments(args: list[str], message: str) -> None:
 
 def test_help_reads_well() -> None:
     top = subprocess.run(
-        [sys.executable, "-m", "pyspark_atlasbus.cli", "--help"],
+        [sys.executable, "-m", "atlasbus.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -26,7 +26,7 @@ from helpers import publish
 
 PASSWORD = "pw-Zq81-leak-canary"
 PREFIX = "leak"
-CLI = [sys.executable, "-m", "pyspark_atlasbus.cli"]
+CLI = [sys.executable, "-m", "atlasbus.cli"]
 
 # Everything Spark does, in one child process whose stdout and stderr (Spark's log at INFO)
 # are captured whole. Exceptions are printed with their full tracebacks.

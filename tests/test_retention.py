@@ -432,7 +432,7 @@ def test_a_replica_gets_the_same_trim(r: redis.Redis, endpoint: RedisEndpoint, p
 
 def atlasbus(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyspark_atlasbus.cli", *argv],
+        [sys.executable, "-m", "atlasbus.cli", *argv],
         capture_output=True,
         text=True,
         timeout=120,

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus import cli
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, publish, run_available_now, stream_reader
-from pyspark_atlasbus import cli
 
 PREFIX = "clusterbus"
 SLOTS = 16384

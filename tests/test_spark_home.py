@@ -24,7 +24,7 @@ from pyspark_atlasbus.spark_home import (
 
 INSTALLED = Path(pyspark.__file__).parent  # pip's SPARK_HOME: the package itself
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
-COMMAND = [sys.executable, "-m", "pyspark_atlasbus.cli", "spark-home"]
+COMMAND = [sys.executable, "-m", "atlasbus.cli", "spark-home"]
 
 
 def run_command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus import cli
 from atlasbus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.entry_id import EntryId
@@ -38,7 +39,6 @@ from atlasbus.status import (
 )
 from atlasbus.status_report import render_json, render_prometheus, render_table, to_dict
 from helpers import redis_major
-from pyspark_atlasbus import cli
 
 P = "stfx"  # this file's own prefix (the glob test uses another)
 ODD = 'odd "topic"\\x'  # a quote and a backslash: escaped in Prometheus labels

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus import cli
 from atlasbus.connection import RedisEndpoint
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, payload_numbers, publish, run_available_now, stream_reader
-from pyspark_atlasbus import cli
 
 PREFIX = "unixbus"
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus import cli
 from atlasbus.connection import RedisEndpoint, forget_clients, translate_errors
 from atlasbus.errors import ConfigurationError, RedisUnavailableError
 from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sink_options import parse_sink_options
 from atlasbus.source_options import parse_source_options
-from pyspark_atlasbus import cli
 
 PASSWORD = "q-S3cr3t-locked-pw"
 READER_PW = "q-reader-pw-5k"
@@ -169,7 +169,7 @@ def test_the_command_line_names_the_parameter_never_its_secret_value(
     assert_hidden(out + err, named, secrets)
 
 
-DEMO = [sys.executable, "-m", "pyspark_atlasbus.cli", "demo"]
+DEMO = [sys.executable, "-m", "atlasbus.cli", "demo"]
 
 
 @pytest.mark.parametrize(

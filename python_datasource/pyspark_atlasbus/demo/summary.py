@@ -253,7 +253,7 @@ def atlasbus_command() -> str:
 
     ``atlasbus`` when the shell finds this very script on PATH, else the script's absolute
     path (``.venv/bin/atlasbus`` when the virtualenv is not activated), else
-    ``python -m pyspark_atlasbus.cli`` with this interpreter's absolute path.
+    ``python -m atlasbus.cli`` with this interpreter's absolute path.
     """
     candidates = [Path(sys.argv[0]), Path(sys.executable).parent / "atlasbus"]
     for script in candidates:
@@ -263,7 +263,7 @@ def atlasbus_command() -> str:
             if on_path and Path(on_path).resolve() == script.resolve():
                 return "atlasbus"
             return shlex.quote(str(script))
-    return f"{shlex.quote(str(Path(sys.executable).absolute()))} -m pyspark_atlasbus.cli"
+    return f"{shlex.quote(str(Path(sys.executable).absolute()))} -m atlasbus.cli"
 
 
 def _bin(name: str) -> str:
