@@ -67,7 +67,8 @@ def serve(url: str, rows: int, config: dict[str, str]) -> None:
 class SparkSessionProcess:
     """Runs on the benchmark's driver: a child process holding one Spark session, whose JVM
     runs from ``spark_home`` (the installed pyspark's when None), with ``config``'s Spark settings
-    on top of ``local_session``'s."""
+    on top of ``local_session``'s and ``environment`` on top of this process's (which its
+    JVM and Python workers inherit)."""
 
     def __init__(
         self,
@@ -76,8 +77,9 @@ class SparkSessionProcess:
         spark_home: Path | None,
         log: Path,
         config: Mapping[str, str] | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(environment or {})}
         env.pop("SPARK_HOME", None)
         if spark_home is not None:
             env["SPARK_HOME"] = str(spark_home)
