@@ -140,7 +140,7 @@ def test_all_options_parsed() -> None:
         ),
         (
             {"maxlength": "5"},
-            "unknown option 'maxlength'. Did you mean 'maxLen'? Accepted options: "
+            "unknown option 'maxlength' (named in lower case, as Spark hands options over). Did you mean 'maxLen'? Accepted options: "
             "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, "
             "topic, url, username",
         ),

@@ -48,7 +48,7 @@ def test_unknown_options_are_refused_with_the_closest_name_unless_read_or_ignore
     with pytest.raises(ConfigurationError) as caught:
         reader.reject_unknown(("pageSize", "url"), ignored=("path",))
     assert str(caught.value) == (
-        "unknown option 'pagesise'. Did you mean 'pageSize'? Accepted options: pageSize, url"
+        "unknown option 'pagesise' (named in lower case, as Spark hands options over). Did you mean 'pageSize'? Accepted options: pageSize, url"
     )
 
 

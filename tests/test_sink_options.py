@@ -61,7 +61,8 @@ BAD_OPTIONS = [
     ({"deadLetterTable": ""}, "option 'deadLetterTable' must not be empty"),
     (
         {"maxlength": "5"},
-        "unknown option 'maxlength'. Did you mean 'maxLen'? Accepted options: " + ACCEPTED,
+        "unknown option 'maxlength' (named in lower case, as Spark hands options over). Did you mean 'maxLen'? Accepted options: "
+        + ACCEPTED,
     ),
     (
         {"topics": "a"},

@@ -140,13 +140,15 @@ class OptionReader:
             close = difflib.get_close_matches(
                 key, [a.lower() for a in accepted_names], n=1, cutoff=0.75
             )
-            hint = ""
+            hint = spelled = ""
             if close:
-                hint = (
-                    f" Did you mean '{next(a for a in accepted_names if a.lower() == close[0])}'?"
-                )
+                match = next(a for a in accepted_names if a.lower() == close[0])
+                hint = f" Did you mean '{match}'?"
+                if given == given.lower() and match != match.lower():  # Spark lowers names
+                    spelled = " (named in lower case, as Spark hands options over)"
             raise ConfigurationError(
-                f"unknown option '{given}'.{hint} Accepted options: {', '.join(accepted_names)}"
+                f"unknown option '{given}'{spelled}.{hint} Accepted options: "
+                f"{', '.join(accepted_names)}"
             )
 
 
