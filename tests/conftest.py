@@ -1,7 +1,12 @@
 """Shared fixtures: one private redis-server and one local SparkSession per test session.
 
-Tiers: a test that needs Spark carries the ``spark`` marker, set here (see
-``pytest_collection_modifyitems``) rather than by hand, so ``-m "not spark"`` never starts a JVM.
+Markers, set here (see ``pytest_collection_modifyitems``) rather than by hand:
+
+- ``spark``: the test needs Spark, so ``-m "not spark"`` never starts a JVM;
+- ``slow``: the slow tier (``SLOW_FILES`` and the Spark tests of ``CHILD_SPARK_FILES``): crash
+  loops, Redis restarts, deployments, and runs of the demo, the notebooks and the README, each
+  starting processes of its own. ``python -m pytest`` (the everyday tier) leaves them out
+  (pyproject's ``addopts``); ``python -m pytest -m slow`` runs them, and ``.ci/run`` runs both.
 """
 
 from __future__ import annotations
@@ -54,6 +59,28 @@ CHILD_SPARK_TESTS: frozenset[tuple[str, str]] = frozenset(
 )
 
 
+# The slow tier besides the Spark tests of CHILD_SPARK_FILES: each starts, kills and restarts
+# processes of its own (drivers, redis-servers, a Spark Connect server, other pyspark lines).
+SLOW_FILES: frozenset[str] = frozenset(
+    {
+        "test_delta_sink_crash.py",
+        "test_deployments.py",
+        "test_operations_under_crash.py",
+        "test_redis_restart.py",
+        "test_sink_dead_letters_under_crash.py",
+        "test_spark_lines.py",
+    }
+)
+
+
+def is_slow(item: pytest.Item) -> bool:
+    file = Path(str(item.path)).name
+    if file in SLOW_FILES:
+        return True
+    name = getattr(item, "originalname", item.name)
+    return file in CHILD_SPARK_FILES and name not in CHILD_SPARK_FILES[file]
+
+
 def starts_spark(item: pytest.Item) -> bool:
     """Whether a test starts a JVM: it uses the session's ``spark``, or a child process does."""
     if "spark" in getattr(item, "fixturenames", ()):
@@ -70,6 +97,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if starts_spark(item) and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
+        if is_slow(item) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
