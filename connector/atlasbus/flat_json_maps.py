@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.ascii_text import all_ascii
+from atlasbus.ascii_text import all_ascii, offsets_within, outside_data
 from atlasbus.compiled import (
     binary_column,
     byte_at,
@@ -41,17 +41,18 @@ _SHORTEST_PAIR = 6
 
 
 def flat_string_maps(values: pa.Array) -> pa.MapArray | None:
-    """``values`` (binary JSON texts, none null) as a map column; None when any is not flat."""
+    """``values`` (binary JSON texts, none null) as a map column; None when any is not flat.
+    Raises ``outside_data`` for a column built wrong."""
     column = binary_column(values)
     if column is None:
         return None
     data, offsets = column
-    longest = int(np.max(offsets[1:] - offsets[:-1]))
-    places = np.empty(_NOTES * (longest // _SHORTEST_PAIR + 1), np.int64)
-    taken, map_offsets, key_offsets, key_data, value_offsets, value_data, valid = _flat_maps(
-        data, offsets, places
+    status, map_offsets, key_offsets, key_data, value_offsets, value_data, valid = _flat_maps(
+        data, offsets
     )
-    if not taken:
+    if status == _OUTSIDE_DATA:
+        raise outside_data("parsing flat JSON objects")
+    if status == _NOT_FLAT:
         return None
     pairs = len(key_offsets) - 1
     nulls = pairs - int(np.count_nonzero(valid))
@@ -152,28 +153,44 @@ def _is_null(data: int, pos: int) -> bool:
     )
 
 
+# What _flat_maps finds.
+_TAKEN, _NOT_FLAT, _OUTSIDE_DATA = range(3)
+
+
 @compiled
-def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
+def _flat_maps(data: Any, offsets: Any) -> Any:
     """Parse every value once, copying its keys and values as it goes into buffers sized for
     the most the column's bytes can hold (parsing twice, to size them exactly first, cost
     half as much again); what is returned is the part used.
 
-    ``places``: room for ``_object_pairs``'s notes on the pairs of the longest value, given by
-    the caller, which keeps it alive while they are written through its address.
+    Returns ``_TAKEN`` (or why not), then the map offsets, the keys' offsets and bytes, the
+    values' offsets and bytes, and which values are not null.
 
-    Returns whether all values were taken, then the map offsets, the keys' offsets and bytes,
-    the values' offsets and bytes, and which values are not null.
+    In bounds: checked first, the offsets lie within ``data``; each value is then read only
+    below its end. Pair p's notes are written once its key's closing quote is read, at least
+    6p + 3 bytes into its value (every pair before it and its comma take 6, '"":"",'): the
+    notes of the longest value fit ``places``, and all keys and values the output buffers.
     """
-    address = data.ctypes.data
-    notes = places.ctypes.data
+    address, size = data.ctypes.data, data.shape[0]
+    if not offsets_within(offsets, size):
+        no_offsets, no_bytes = np.zeros(1, np.int32), np.empty(0, np.uint8)
+        no_pairs = np.empty(0, np.bool_)
+        return _OUTSIDE_DATA, no_offsets, no_offsets, no_bytes, no_offsets, no_bytes, no_pairs
     rows = offsets.shape[0] - 1
-    size = int(offsets[rows]) - int(offsets[0])
-    most_pairs = size // _SHORTEST_PAIR + rows
+    longest = 0
+    for row in range(rows):
+        longest = max(longest, int(offsets[row + 1]) - int(offsets[row]))
+    # room for _object_pairs's notes on the pairs of the longest value, alive to the end:
+    # they are written through its address
+    places = np.empty(_NOTES * (longest // _SHORTEST_PAIR + 1), np.int64)
+    notes = places.ctypes.data
+    used = int(offsets[rows]) - int(offsets[0])  # the values' bytes
+    most_pairs = used // _SHORTEST_PAIR + rows
     map_offsets = np.empty(rows + 1, np.int32)
     key_offsets = np.empty(most_pairs + 1, np.int32)
     value_offsets = np.empty(most_pairs + 1, np.int32)
-    key_data = np.empty(size, np.uint8)
-    value_data = np.empty(size, np.uint8)
+    key_data = np.empty(used, np.uint8)
+    value_data = np.empty(used, np.uint8)
     valid = np.empty(most_pairs, np.bool_)
     keys, items = key_data.ctypes.data, value_data.ctypes.data
     map_offsets[0] = key_offsets[0] = value_offsets[0] = 0
@@ -181,7 +198,7 @@ def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
     for row in range(rows):
         pairs = _object_pairs(address, int(offsets[row]), int(offsets[row + 1]), notes)
         if pairs < 0 or _repeats_a_key(address, places, pairs):
-            return False, map_offsets, key_offsets, key_data, value_offsets, value_data, valid
+            return _NOT_FLAT, map_offsets, key_offsets, key_data, value_offsets, value_data, valid
         map_offsets[row + 1] = map_offsets[row] + pairs
         for pair in range(pairs):
             length = places[_NOTES * pair + _KEY_LENGTH]
@@ -198,7 +215,7 @@ def _flat_maps(data: Any, offsets: Any, places: Any) -> Any:
             value_offsets[at + 1] = value_offsets[at] + length
             at += 1
     return (
-        True,
+        _TAKEN,
         map_offsets,
         key_offsets[: at + 1],
         key_data[: key_offsets[at]],

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from atlasbus.ascii_text import offsets_within, outside_data
 from atlasbus.compiled import (
     NO_BITS,
     Word,
@@ -44,14 +45,17 @@ _LARGEST_DOUBLE_DIGITS = tuple(b"17976931348623157")
 
 
 def json_object_texts(values: pa.Array) -> pa.Array | None:
-    """``values`` as a string column when every one is a JSON object; None when not sure."""
+    """``values`` as a string column when every one is a JSON object; None when not sure.
+    Raises ``outside_data`` for a column built wrong."""
     if len(values) == 0 and values.type == pa.binary():
         return pa.array([], pa.string())
     column = binary_column(values)
     if column is None:
         return None
     data, offsets = column
-    found = _all_objects(data.ctypes.data, offsets, np.empty(_DEEPEST, np.uint8))
+    found = _all_objects(data, offsets, np.empty(_DEEPEST, np.uint8))
+    if found == _OUTSIDE_DATA:
+        raise outside_data("checking JSON objects")
     if found == _NOT_ALL_OBJECTS:
         return None
     if found == _OBJECTS_IN_ASCII:
@@ -69,7 +73,8 @@ def _is_digit(byte: int) -> bool:
 
 @inlined
 def _after_number(data: int, pos: int, end: int) -> int:
-    """Past the JSON number at ``pos``; -1 when malformed or not clearly finite."""
+    """Past the JSON number at ``pos``; -1 when malformed or not clearly finite. ``pos`` is
+    below ``end`` (the caller read its byte); every later read is checked against ``end``."""
     if byte_at(data, pos) == _MINUS:
         pos += 1
     start = pos
@@ -111,7 +116,11 @@ def _after_number(data: int, pos: int, end: int) -> int:
 @compiled
 def _below_largest_double(data: int, start: int, end: int) -> bool:
     """Whether the digits from ``start`` (the number's first, up to its exponent), read as
-    d.ddd..., are at most those of the largest double: then orjson's double is finite."""
+    d.ddd..., are at most those of the largest double: then orjson's double is finite.
+
+    In bounds: reads only from ``start`` to ``end``, the number's bytes, which its one caller
+    (``_after_number``) found within the value (compiled apart, it cannot know the buffer).
+    """
     digit = 0
     for pos in range(start, end):
         byte = byte_at(data, pos)
@@ -236,11 +245,11 @@ def _is_object(data: int, pos: int, end: int, stack: int) -> tuple[bool, Word]:
 
 
 # What _all_objects finds.
-_NOT_ALL_OBJECTS, _OBJECTS_IN_ASCII, _OBJECTS_NOT_ALL_ASCII = range(3)
+_NOT_ALL_OBJECTS, _OBJECTS_IN_ASCII, _OBJECTS_NOT_ALL_ASCII, _OUTSIDE_DATA = range(4)
 
 
 @compiled
-def _all_objects(data: int, offsets: Any, stack: Any) -> int:
+def _all_objects(data: Any, offsets: Any, stack: Any) -> int:
     """Whether every value is a JSON object, and if so whether all their bytes are ASCII.
 
     Only the strings' bytes can be other than ASCII in an object, and the string scans OR
@@ -248,12 +257,19 @@ def _all_objects(data: int, offsets: Any, stack: Any) -> int:
     check's 280 for the benchmark's payloads of 250 bytes, and a pass of its own over a
     batch's payloads, read again from memory, 4-5% of the decoding thread's time.
     ``stack``: ``_DEEPEST`` bytes, given by the caller, which keeps them alive.
+
+    In bounds: checked first, the offsets lie within ``data`` and ``stack`` holds
+    ``_DEEPEST`` bytes. Every scan then reads a value's bytes only below its end (each read
+    follows a check against it, words only where 8 bytes are left), and the stack only below
+    the depth, which never passes ``_DEEPEST``.
     """
-    stack_address = stack.ctypes.data
+    address, size, stack_address = data.ctypes.data, data.shape[0], stack.ctypes.data
+    if stack.shape[0] < _DEEPEST or not offsets_within(offsets, size):
+        return _OUTSIDE_DATA
     seen = NO_BITS
     for row in range(offsets.shape[0] - 1):
         start, end = int(offsets[row]), int(offsets[row + 1])
-        is_object, bits = _is_object(data, start, end, stack_address)
+        is_object, bits = _is_object(address, start, end, stack_address)
         if not is_object:
             return _NOT_ALL_OBJECTS
         seen |= bits

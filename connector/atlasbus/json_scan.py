@@ -3,7 +3,8 @@
 Shared by the column page's JSON checks and parsers (``atlasbus.json_object_column``,
 ``atlasbus.flat_json_maps``). Each takes the buffer's address (``atlasbus.compiled.byte_at``)
 and positions in it, and says -1 where the text is not what it should be or where the caller
-would rather leave it to orjson.
+would rather leave it to orjson. None of them reads a byte outside [``pos``, ``end``): the
+kernels that call them check at their entry that every value lies within the buffer.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def scan_string(data: int, pos: int, end: int, escapes: bool) -> tuple[int, Word
     The text is read a word at a time, and a word with a quote, a backslash or a control byte
     goes straight to the first: a byte at a time cost four times as much on long values, and
     going byte by byte through the word that holds the closing quote (all of a short string)
-    a third of the payload check's time.
+    a third of the payload check's time. A word is read only where all 8 bytes lie below
+    ``end``; the last 7 are read one at a time.
     """
     seen = NO_BITS
     while pos < end:
@@ -100,8 +102,14 @@ def scan_string(data: int, pos: int, end: int, escapes: bool) -> tuple[int, Word
 
 @compiled
 def _code_unit(data: int, pos: int, end: int) -> int:
-    """The UTF-16 code unit of the ``\\uXXXX`` escape at ``pos``; -1 if there is none."""
-    if pos + 6 > end or byte_at(data, pos) != _BACKSLASH or byte_at(data, pos + 1) != _LOWER_U:
+    """The UTF-16 code unit of the ``\\uXXXX`` escape at ``pos``; -1 if there is none.
+
+    In bounds: reads the 6 bytes from ``pos`` only once checked to lie in [0, ``end``), which
+    its callers keep within the buffer (compiled apart, it cannot know the buffer's length).
+    """
+    if pos < 0 or pos + 6 > end:
+        return -1
+    if byte_at(data, pos) != _BACKSLASH or byte_at(data, pos + 1) != _LOWER_U:
         return -1
     code = 0
     for k in range(pos + 2, pos + 6):
@@ -119,7 +127,10 @@ def _code_unit(data: int, pos: int, end: int) -> int:
 
 @compiled
 def _after_unicode_escape(data: int, pos: int, end: int) -> int:
-    """Past the ``\\u`` escape at ``pos``, or the surrogate pair it starts; -1 if neither."""
+    """Past the ``\\u`` escape at ``pos``, or the surrogate pair it starts; -1 if neither.
+
+    In bounds: reads only through ``_code_unit``, which checks its 6 bytes against ``end``.
+    """
     code = _code_unit(data, pos, end)
     if code < 0xD800 or code > 0xDFFF:
         return pos + 6 if code >= 0 else -1

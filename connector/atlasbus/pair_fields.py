@@ -5,9 +5,9 @@ now and then, or two publishers that write different ones to one stream) is cut 
 and values (``atlasbus.xrange_pairs``). The envelope decoder wants a column per field, as a
 page of one layout gives: one compiled pass finds, for each field it reads, where each entry
 holds it (searching only the layouts it has not just seen), and a second gathers the values
-into a column per field. Before, such replies went to hiredis, a Python object per name and
-value, and a stream of five layouts in turn cost the reader 20 times as much an entry as a
-uniform one (``benchmarks/bench_layouts.py``).
+into a column per field. Read through hiredis instead, a Python object per name and value, a
+stream of five layouts in turn cost the reader 20 times as much an entry as a uniform one
+(``benchmarks/bench_layouts.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from atlasbus.ascii_text import offsets_within, outside_data
 from atlasbus.column_page import PairPage, PartialColumn
 from atlasbus.compiled import binary_column, byte_at, compiled, copy_bytes, inlined, same_bytes
 
@@ -28,7 +29,8 @@ _ABSENT = -1
 def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, pa.Array | PartialColumn]:
     """The values of each of ``names`` that some entry of ``page`` has, entry by entry (the
     last one where an entry repeats the name): a binary Arrow column where every entry has
-    the field, else a ``PartialColumn`` of the entries that have it."""
+    the field, else a ``PartialColumn`` of the entries that have it. Raises ``outside_data``
+    for a page built wrong."""
     column, values = binary_column(page.names), binary_column(page.values)
     if column is None or values is None or not names:
         return {}
@@ -38,7 +40,12 @@ def field_columns(page: PairPage, names: Sequence[bytes]) -> dict[bytes, pa.Arra
     np.cumsum([len(name) for name in names], out=wanted_offsets[1:])
     field_offsets = page.field_offsets.to_numpy(zero_copy_only=False)
     places = _last_places(data, name_offsets, field_offsets, wanted, wanted_offsets)
-    gathered, offsets, data_starts, counts = _gathered(*values, places)
+    if places is None:
+        raise outside_data("picking fields by name")
+    picked = _gathered(*values, places)
+    if picked is None:
+        raise outside_data("gathering fields' values")
+    gathered, offsets, data_starts, counts = picked
     entries = len(page)
     columns: dict[bytes, pa.Array | PartialColumn] = {}
     for index, name in enumerate(names):
@@ -73,13 +80,23 @@ def _gathered(data: Any, value_offsets: Any, places: Any) -> Any:
     shorter than 16 bytes, which ``copy_bytes`` moves without calling memcpy. Entry by entry,
     every name's value at once: a name at a time went through a page's values (3.4 MB for
     10,000 envelopes, more than the cache holds) once per name, and took 7-22% longer.
+
+    None when the entry check fails. In bounds: the values' offsets are checked to lie
+    within ``data``, and each place to be a value's (or ``_ABSENT``) as the sizing pass meets
+    it, before any byte is read; each name's bytes are then copied to where its size, summed
+    in that pass, leaves room in ``gathered``.
     """
+    if not offsets_within(value_offsets, data.shape[0]):
+        return None
+    fields = value_offsets.shape[0] - 1
     count, entries = places.shape
     data_starts = np.zeros(count + 1, np.int64)  # each name's size, then summed
     for entry in range(entries):
         for index in range(count):
             field = places[index, entry]
             if field != _ABSENT:
+                if field < 0 or field >= fields:
+                    return None
                 data_starts[index + 1] += value_offsets[field + 1] - value_offsets[field]
     for index in range(count):
         data_starts[index + 1] += data_starts[index]
@@ -114,7 +131,18 @@ def _last_places(
 
     An entry whose names are those of one of the last ``_LAYOUTS_KEPT`` layouts seen, byte for
     byte and in order, takes that layout's places; only a new layout is searched name by name.
+
+    None when the entry check fails. In bounds: checked first, the names' offsets lie within
+    ``names``, the wanted names' within ``wanted``, and the entries' field offsets among the
+    names; every name compared then lies between its offset and the next, and the places
+    written are within their arrays' shapes.
     """
+    if not (
+        offsets_within(name_offsets, names.shape[0])
+        and offsets_within(wanted_offsets, wanted.shape[0])
+        and offsets_within(field_offsets, name_offsets.shape[0] - 1)
+    ):
+        return None
     count = wanted_offsets.shape[0] - 1
     entries = field_offsets.shape[0] - 1
     places = np.full((count, entries), _ABSENT, np.int64)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from atlasbus.ascii_text import text_column
+from atlasbus.ascii_text import offsets_within, outside_data, text_column
 from atlasbus.column_page import ColumnPage, PairPage
 from atlasbus.compiled import (
     NO_BITS,
@@ -31,6 +31,7 @@ from atlasbus.compiled import (
 from atlasbus.raw_fields import raw_text
 
 _BACKSLASH, _X = 92, 120
+_LARGEST_OFFSET = 2**31 - 1
 
 
 def raw_field_maps(page: ColumnPage) -> pa.MapArray:
@@ -72,27 +73,43 @@ def _interleaved(texts: list[pa.Array], size: int) -> pa.Array:
     every byte twice and cost half of the maps' time.
     """
     addresses = np.zeros(len(texts), np.int64)
+    sizes = np.zeros(len(texts), np.int64)
     offsets = np.empty((len(texts), size + 1), np.int32)
     for field, text in enumerate(texts):
         _, offsets_buffer, data_buffer = text.buffers()
         start = text.offset
         offsets[field] = np.frombuffer(offsets_buffer, np.int32)[start : start + size + 1]
         if data_buffer is not None:
-            addresses[field] = data_buffer.address
-    item_offsets, data = _interleave(addresses, offsets)  # ``texts`` keep the bytes alive
+            addresses[field], sizes[field] = data_buffer.address, data_buffer.size
+    interleaved = _interleave(addresses, sizes, offsets)  # ``texts`` keep the bytes alive
+    if interleaved is None:
+        raise outside_data("interleaving fields")
+    item_offsets, data = interleaved
     return pa.Array.from_buffers(
         pa.string(), len(item_offsets) - 1, [None, pa.py_buffer(item_offsets), pa.py_buffer(data)]
     )
 
 
 @compiled
-def _interleave(addresses: Any, offsets: Any) -> Any:
-    """Arrow offsets and bytes of the values row by row: field ``f``'s bytes lie at the
-    address ``addresses[f]``, its values' offsets in ``offsets[f]``."""
+def _interleave(addresses: Any, sizes: Any, offsets: Any) -> Any:
+    """Arrow offsets and bytes of the values row by row: field ``f``'s ``sizes[f]`` bytes lie
+    at the address ``addresses[f]`` (a list of arrays would cost numba's reflection), its
+    values' offsets in ``offsets[f]``.
+
+    None when the entry check fails. In bounds: checked first, each field's offsets lie
+    within its bytes, and all of them fit Arrow's 32-bit offsets; each value is then copied
+    from between its offset and the next to ``data``, sized for their sum.
+    """
     width, rows = offsets.shape[0], offsets.shape[1] - 1
+    if addresses.shape[0] < width or sizes.shape[0] < width:
+        return None
     total = 0
     for field in range(width):
+        if not offsets_within(offsets[field], sizes[field]):
+            return None
         total += offsets[field, rows] - offsets[field, 0]
+    if total > _LARGEST_OFFSET:
+        return None
     item_offsets = np.empty(width * rows + 1, np.int32)
     data = np.empty(total, np.uint8)
     target = data.ctypes.data
@@ -113,7 +130,10 @@ def _raw_texts(values: pa.Array) -> pa.Array:
     column = binary_column(values)
     if column is not None:
         data, offsets = column
-        if not _has_escape_text(data.ctypes.data, int(offsets[0]), int(offsets[-1])):
+        escape = _has_escape_text(data, int(offsets[0]), int(offsets[-1]))
+        if escape < 0:
+            raise outside_data("looking for escape text")
+        if not escape:
             try:
                 return text_column(values)
             except pa.ArrowInvalid:  # a value that is not UTF-8
@@ -122,11 +142,17 @@ def _raw_texts(values: pa.Array) -> pa.Array:
 
 
 @compiled
-def _has_escape_text(address: int, start: int, end: int) -> bool:
-    """Whether a backslash stands before an ``x`` anywhere from ``start`` to ``end``.
+def _has_escape_text(data: Any, start: int, end: int) -> int:
+    """1 if a backslash stands before an ``x`` anywhere from ``start`` to ``end``, else 0; -1
+    if that range is not within ``data``.
 
     Across two values too: that only sends the column value by value, which is exact.
+    In bounds: the range is checked first; words are read only where 8 bytes are left
+    before ``end``, and a byte after a backslash only below ``end``.
     """
+    address, size = data.ctypes.data, data.shape[0]
+    if start < 0 or end < start or end > size:
+        return -1
     at = start
     while at + 8 <= end:
         if bytes_equal(word_at(address, at), _BACKSLASH) == NO_BITS:
@@ -134,10 +160,10 @@ def _has_escape_text(address: int, start: int, end: int) -> bool:
             continue
         for k in range(at, at + 8):
             if byte_at(address, k) == _BACKSLASH and k + 1 < end and byte_at(address, k + 1) == _X:
-                return True
+                return 1
         at += 8
     while at < end:
         if byte_at(address, at) == _BACKSLASH and at + 1 < end and byte_at(address, at + 1) == _X:
-            return True
+            return 1
         at += 1
-    return False
+    return 0
