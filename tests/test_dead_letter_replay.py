@@ -396,6 +396,8 @@ def test_cli_show_summary_and_replay(
         table,
         "--columns",
         "dead_letter_id,dead_lettered_at,stage,reason,entry_id,replay_count,error",
+        "--width",
+        "60",
     )
     assert code == 0
     lines = out.splitlines()
@@ -406,10 +408,9 @@ def test_cli_show_summary_and_replay(
         "reason",
         "entry_id",
         "replay_count",
-        "error",
     ]
     assert set(lines[1]) == {"-", " "}
-    assert lines[2].split()[:7] == [
+    assert lines[2].split() == [
         letters["loss"].dead_letter_id[:12],
         "2024-05-01",
         "12:03:00",
@@ -419,7 +420,26 @@ def test_cli_show_summary_and_replay(
         "0",
     ]
     assert lines[2].index("12:03:00") == lines[0].index("dead_lettered_at") + 11
-    assert "entries of stream" in lines[2] and lines[2].endswith("...")
+    # the error under its row, cut to --width in the middle: how it begins and how it ends
+    assert lines[3].startswith("  error: entries of stream") and "..." in lines[3]
+    assert lines[3].endswith("removed unread") and len(lines[3]) == 60
+    assert lines[5] == "  error: field 'payload' is not valid JSON: '{oops'"
+
+    code, out = cli("dlq", "show", "--table", table)  # the default: fits 100 columns
+    assert code == 0
+    assert max(map(len, out.splitlines())) <= 100
+    assert out.splitlines()[0].split() == [
+        "dead_letter_id",
+        "dead_lettered_at",
+        "stage",
+        "reason",
+        "topic",
+        "entry_id",
+    ]
+    assert (
+        f"  error: entries of stream '{prefix}:orders' after 1-0 up to 2-5 were removed unread"
+        in (out.splitlines())
+    )
     assert lines[-1] == "4 of 4 dead letter(s)"
 
     code, out = cli(

@@ -203,8 +203,21 @@ def cell(value: Any, *, width: int | None) -> str:
         text = str(value)
     text = " ".join(text.split())  # one line per row
     if width is not None and len(text) > width:
-        text = text[: width - 3] + "..."
+        text = cut_in_the_middle(text, width)
     return text
+
+
+def cut_in_the_middle(text: str, width: int) -> str:
+    """``text`` in ``width`` characters: how it begins and how it ends, "..." between.
+
+    An error's telling part is at both ends: what was wrong first, the value it quotes last.
+    """
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[:width]
+    tail = (width - 3) // 3
+    return text[: width - 3 - tail] + "..." + (text[-tail:] if tail else "")
 
 
 def _missing(value: Any) -> bool:
@@ -218,8 +231,14 @@ def _missing(value: Any) -> bool:
         return False
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Aligned columns under a header and a rule; numbers right-aligned."""
+def format_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    below: Sequence[Sequence[str]] = (),
+) -> str:
+    """Aligned columns under a header and a rule; numbers right-aligned. ``below[i]`` are
+    lines printed under row ``i`` as they are."""
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -233,7 +252,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         return "  ".join(parts).rstrip() + "\n"
 
     text = line(headers) + line(["-" * w for w in widths])
-    return text + "".join(line(row) for row in rows)
+    for index, row in enumerate(rows):
+        text += line(row)
+        if index < len(below):
+            text += "".join(extra + "\n" for extra in below[index])
+    return text
 
 
 def _is_number(text: str) -> bool:

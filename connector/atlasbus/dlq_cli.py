@@ -49,15 +49,18 @@ SHOW_COLUMNS = (
     "reason",
     "topic",
     "entry_id",
-    "replay_count",
     "error",
-    "payload",
 )
-# ``DeadLetterTable.summary``'s grouping too (tests/test_dlq_cli.py holds them equal); named
+# Shown on a line of their own under each row, not in a column: long text that would make the
+# table wider than a terminal.
+TEXT_COLUMNS = ("error", "payload", "fields")
+SHOW_WIDTH = 100  # a terminal's columns, unless --width or --full
+# ``DeadLetterTable.summary``'s grouping too (tests/test_cli_start.py holds them equal); named
 # here so that ``--help`` need not load the table's module
 SUMMARY_BY = ("topic", "stage", "reason")
 ID_WIDTH = 12
 CELL_WIDTH = 48
+SHOW_CELL_WIDTH = 30  # a table cell of dlq show: the row fits --width's default
 
 WHERE_HELP = (
     "a SQL condition over the table's columns, e.g. \"stage = 'sink-publish' AND topic = "
@@ -83,15 +86,24 @@ def register(subparsers: Any) -> None:
         "show",
         formatter_class=HelpFormatter,
         help="list dead letters, newest first",
-        description="List dead letters, newest first, as a table (long values are cut; the "
-        "full dead_letter_id with --full).",
+        description="List dead letters, newest first, as a table 100 columns wide (--width "
+        "for another width), each row's error on a line of its own under it. Long values are "
+        "cut in the middle, keeping how they begin and end (the value an error quotes is at "
+        "its end); --full cuts nothing.",
     )
     _common(show)
     show.add_argument("--limit", type=positive, default=20, help="rows to show (default 20)")
     show.add_argument(
         "--columns",
         default=",".join(SHOW_COLUMNS),
-        help=f"comma-separated columns to show (default {', '.join(SHOW_COLUMNS)})",
+        help=f"comma-separated columns to show (default {', '.join(SHOW_COLUMNS)}); "
+        f"{', '.join(TEXT_COLUMNS)} go on a line of their own under each row",
+    )
+    show.add_argument(
+        "--width",
+        type=positive,
+        default=SHOW_WIDTH,
+        help=f"the terminal's columns: long values are cut to fit (default {SHOW_WIDTH})",
     )
     show.add_argument("--full", action="store_true", help="do not cut long values")
     show.set_defaults(run=run_show)
@@ -250,12 +262,23 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     total = data.num_rows
     data = data.sort_by([("dead_lettered_at", "descending"), ("dead_letter_id", "ascending")])
     rows = data.slice(0, args.limit).select(columns).to_pylist()
-    width = None if args.full else CELL_WIDTH
+    full = args.full
+    in_table = [c for c in columns if c not in TEXT_COLUMNS]
+    under = [c for c in columns if c in TEXT_COLUMNS]
     for row in rows:  # a short ID, like git's: enough to tell dead letters apart
-        if width is not None and row.get("dead_letter_id"):
+        if not full and row.get("dead_letter_id"):
             row["dead_letter_id"] = row["dead_letter_id"][:ID_WIDTH]
-    cells = [[cell(row[c], width=width) for c in columns] for row in rows]
-    out.write(format_table(columns, cells))
+    cells = [
+        [cell(row[c], width=None if full else SHOW_CELL_WIDTH) for c in in_table] for row in rows
+    ]
+    below = [
+        [
+            f"  {name}: {cell(row[name], width=None if full else args.width - len(name) - 4)}"
+            for name in under
+        ]
+        for row in rows
+    ]
+    out.write(format_table(in_table, cells, below=below))
     out.write(f"{len(rows)} of {total} dead letter(s)\n")
     return 0
 
