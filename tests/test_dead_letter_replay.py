@@ -865,3 +865,39 @@ def test_a_replay_that_dies_after_claiming_leaves_its_claim_visible_and_publishe
     )
     assert len(again.replayed) == 3 and r.xlen(stream) == 5
     assert sorted(json.loads(f[b"payload"])["n"] for _, f in r.xrange(stream)) == list(range(5))
+
+
+def test_cli_replay_lists_ten_refusals_and_counts_the_rest(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A replay that passes over many letters (a demo's 180, say) lists ten of them and
+    counts the rest, rather than one line each."""
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    dlq.append(
+        [
+            DeadLetter.for_data_loss(
+                stream=f"{prefix}:orders",
+                after=f"{index}-0",
+                upto=f"{index}-1",
+                topic="orders",
+                at=T0.replace(second=index),
+            )
+            for index in range(25)
+        ]
+    )
+
+    code, out = cli(
+        "dlq", "replay", "--table", str(tmp_path / "dlq"), "--url", redis_url, "--dry-run"
+    )
+
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0].split() == ["not", "replayed", "why"]
+    assert len([line for line in lines[2:] if "nothing to publish" in line]) == 10
+    assert (
+        "... and 15 more not replayed (narrow them with --where; 'dlq summary --by reason' "
+        "counts them)" in lines
+    )
+    assert lines[-1] == (
+        "would replay 0 dead letter(s); refused 0 already replayed (use --again), 25 not replayable"
+    )

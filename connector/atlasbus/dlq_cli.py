@@ -55,6 +55,7 @@ SHOW_COLUMNS = (
 # table wider than a terminal.
 TEXT_COLUMNS = ("error", "payload", "fields")
 SHOW_WIDTH = 100  # a terminal's columns, unless --width or --full
+REFUSALS_LISTED = 10  # of a replay's refusals; the rest are counted
 # ``DeadLetterTable.summary``'s grouping too (tests/test_cli_start.py holds them equal); named
 # here so that ``--help`` need not load the table's module
 SUMMARY_BY = ("topic", "stage", "reason")
@@ -334,12 +335,18 @@ def write_replay_report(result: ReplayResult, out: TextIO) -> None:
             )
         )
     if result.refused:
+        listed = result.refused[:REFUSALS_LISTED]
         out.write(
             format_table(
                 ["not replayed", "why"],
-                [[r.dead_letter_id[:ID_WIDTH], r.explain(AGAIN)] for r in result.refused],
+                [[r.dead_letter_id[:ID_WIDTH], r.explain(AGAIN)] for r in listed],
             )
         )
+        if len(result.refused) > len(listed):
+            out.write(
+                f"... and {len(result.refused) - len(listed)} more not replayed (narrow them "
+                "with --where; 'dlq summary --by reason' counts them)\n"
+            )
     out.write(
         f"{verb} {len(result.replayed)} dead letter(s); refused {len(result.already_replayed)} "
         f"already replayed (use --again), {len(result.not_replayable)} not replayable\n"
