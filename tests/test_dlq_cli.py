@@ -19,6 +19,7 @@ from atlasbus.connection import RedisEndpoint, translate_errors
 from atlasbus.dead_letters import COLUMNS, DeadLetter, DeadLetterTable
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import RedisUnavailableError
+from atlasbus.option_names import named_as
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -199,9 +200,13 @@ def test_refused_credentials_are_worded_for_the_command_line() -> None:
     import redis
 
     endpoint = RedisEndpoint.from_options("redis://u:secret@h:6379/0", None, None)
-    with pytest.raises(RedisUnavailableError) as raised, translate_errors(endpoint):
+    with (
+        pytest.raises(RedisUnavailableError) as raised,
+        named_as(cli_common.CLI_NAMES),
+        translate_errors(endpoint),
+    ):
         raise redis.AuthenticationError("WRONGPASS invalid username-password pair.")
-    assert cli_common.cli_wording(str(raised.value)) == (
+    assert str(raised.value) == (
         "Redis at h:6379 refused user 'u': WRONGPASS invalid username-password pair. "
         "Check the user name and password in --url (or $REDIS_URL)."
     )

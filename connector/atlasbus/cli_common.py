@@ -1,7 +1,7 @@
 """What every ``atlasbus`` command line shares: flag types, the URL flag, tables, wording.
 
-The core's errors name Spark options and Python arguments; the command line names its flags,
-so ``cli_wording`` rewrites the one into the other. Runs in the command line's process only.
+The core's errors name Spark options and Python arguments; the command line runs each command
+inside ``named_as(CLI_NAMES)``, so they name its flags. Runs in the command line's process only.
 """
 
 from __future__ import annotations
@@ -17,32 +17,26 @@ from typing import Any, Final
 from atlasbus.connection import RedisEndpoint
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.option_names import named_as
 from atlasbus.option_reader import OptionReader
 from atlasbus.source_options import Subscription
 
-CLI_WORDING: Final = (
-    ("option 'url' (or $REDIS_URL)", "--url (or $REDIS_URL)"),
-    (
-        "Check the 'username' and 'password' options (or the credentials in 'url').",
-        "Check the user name and password in --url (or $REDIS_URL).",
+CLI_NAMES: Final = {
+    "url": "--url",
+    "url or env": "--url (or $REDIS_URL)",
+    "url from env": "$REDIS_URL",
+    "credentials": "the user name and password in --url (or $REDIS_URL)",
+    "dead letter table": "--table",
+    "where to point the dead letter table": "point --table at an atlasbus dead-letter table",
+    "sweep group": "--group",
+    "swept streams": (
+        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')"
     ),
-    ("check the deadLetterTable option for a typo", "check --table for a typo"),
-    (
-        "point deadLetterTable at a new path or an atlasbus dead-letter table",
-        "point --table at an atlasbus dead-letter table",
-    ),
-    ("option 'sweepGroup'", "--group"),
-    (
-        "the streams swept (options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a "
-        "topic names the stream '{streamPrefix}:{topic}')",
-        "--topics and --stream-prefix (a topic names the stream '{stream-prefix}:{topic}')",
-    ),
-    ("and the streams", "and --topics / --stream-prefix"),
-    ("replay those it does not hold with again=True", "replay those it does not hold with --again"),
-    ("check the stream prefix and topics", "check --stream-prefix and --topics"),
-    ("option 'url'", "--url"),  # last: what the entries above did not word already
-)
-"""The core's words for what the command line calls by a flag, and the command line's words."""
+    "streams": "--topics / --stream-prefix",
+    "again": "--again",
+    "stream selection": "--stream-prefix and --topics",
+}
+"""What the command line calls what the core's errors name (``atlasbus.option_names``)."""
 
 
 def guarded(
@@ -54,17 +48,19 @@ def guarded(
 ) -> int:
     """Run a command's ``action``; the errors a user can act on as one line, exit status 2.
 
-    Errors are worded by flag (``cli_wording``); a reply of Redis's that ``translate_errors``
-    leaves as it is (OOM, say) is quoted. ``store_errors`` are what a command's dead-letter
-    table raises (delta-rs, an object store), prefixed by ``store_advice``. A reader of the
-    output that went away (``| head``) ends the command quietly.
+    Errors name the command line's flags (``CLI_NAMES``); a reply of Redis's that
+    ``translate_errors`` leaves as it is (OOM, say) is quoted. ``store_errors`` are what a
+    command's dead-letter table raises (delta-rs, an object store), prefixed by
+    ``store_advice``. A reader of the output that went away (``| head``) ends the command
+    quietly.
     """
     import redis  # loaded by the command's work already
 
     try:
-        return int(action())
+        with named_as(CLI_NAMES):
+            return int(action())
     except (AtlasbusError, ValueError) as exc:
-        message = cli_wording(str(exc))
+        message = str(exc)
     except redis.RedisError as exc:
         message = f"Redis replied: {first_line(exc)}"
     except BrokenPipeError:
@@ -92,13 +88,6 @@ def first_line(exc: BaseException) -> str:
     """An error's first line (a library's message may run to a backtrace), else its type."""
     text = str(exc)
     return text.splitlines()[0] if text.strip() else type(exc).__name__
-
-
-def cli_wording(message: str) -> str:
-    """``message`` (from the core) with its option and argument names replaced by the flags."""
-    for api, cli in CLI_WORDING:
-        message = message.replace(api, cli)
-    return message
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -182,12 +171,9 @@ def subscription_from_flags(args: argparse.Namespace) -> Subscription:
 
 def endpoint_from_flag(url: str | None) -> RedisEndpoint:
     """The server from ``--url``, else ``$REDIS_URL``, else localhost; errors name which."""
-    source = "--url" if url is not None else "$REDIS_URL"
-    try:
+    named_by = {**CLI_NAMES, "url": "--url" if url is not None else "$REDIS_URL"}
+    with named_as(named_by):
         return RedisEndpoint.from_options(url, None, None)
-    except ConfigurationError as exc:
-        text = str(exc).replace("option 'url' (from $REDIS_URL)", "option 'url'")
-        raise ConfigurationError(text.replace("option 'url'", source)) from None
 
 
 def cell(value: Any, *, width: int | None) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
+from atlasbus.option_names import named
 
 if TYPE_CHECKING:
     import redis
@@ -104,11 +105,11 @@ class RedisEndpoint:
         so a bad URL fails here, naming what is wrong, rather than at the first connection.
         """
         if url is not None:
-            chosen, origin = url, "option 'url'"
+            chosen, origin = url, named("url")
         elif os.environ.get("REDIS_URL"):
-            chosen, origin = os.environ["REDIS_URL"], "option 'url' (from $REDIS_URL)"
+            chosen, origin = os.environ["REDIS_URL"], named("url from env")
         else:
-            chosen, origin = DEFAULT_URL, "option 'url'"
+            chosen, origin = DEFAULT_URL, named("url")
         return cls(
             _checked_url(chosen, origin),
             username,
@@ -279,18 +280,18 @@ def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
             f"Redis at {endpoint.description} runs in cluster mode, which atlasbus does not "
             "support yet: it would miss the streams other nodes hold and fail on keys in "
             "their slots (MOVED), and the exactly-once sink's transactions span several "
-            "keys (CROSSSLOT). Point option 'url' (or $REDIS_URL) at a standalone Redis "
+            f"keys (CROSSSLOT). Point {named('url or env')} at a standalone Redis "
             "(a primary, with or without replicas)"
         )
     if mode == "sentinel":
         return (
             f"Redis at {endpoint.description} is a Sentinel, which holds no streams: point "
-            "option 'url' (or $REDIS_URL) at the primary it monitors (SENTINEL "
+            f"{named('url or env')} at the primary it monitors (SENTINEL "
             "GET-MASTER-ADDR-BY-NAME <name> tells its address)"
         )
     return (
         f"Redis at {endpoint.description} runs in {mode!r} mode; atlasbus reads and writes a "
-        "standalone Redis: point option 'url' (or $REDIS_URL) at one"
+        f"standalone Redis: point {named('url or env')} at one"
     )
 
 
@@ -411,7 +412,7 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
         if isinstance(exc, redis.exceptions.ReadOnlyError):
             raise RedisUnavailableError(
                 f"Redis at {endpoint.description} is a read-only replica ({text}): point "
-                "option 'url' (or $REDIS_URL) at the primary"
+                f"{named('url or env')} at the primary"
             ) from None
         if "SELECT is not allowed in cluster mode" in text:  # redis-py selects before HELLO
             _forget(endpoint)
@@ -419,7 +420,7 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
         if "DB index is out of range" in text:
             _forget(endpoint)
             raise ConfigurationError(
-                f"option 'url' selects database {endpoint.database}, which Redis at "
+                f"{named('url')} selects database {endpoint.database}, which Redis at "
                 f"{endpoint.description} does not have (DB index is out of range): use an index "
                 "below the server's 'databases' setting (16 by default), e.g. /0"
             ) from None
@@ -429,7 +430,7 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
         detail = _scrub(str(exc), endpoint).rstrip(".")
         raise RedisUnavailableError(
             f"what answers at {endpoint.description} does not speak Redis's protocol ({detail}): "
-            "check that option 'url' (or $REDIS_URL) points to a Redis server, with rediss:// "
+            f"check that {named('url or env')} points to a Redis server, with rediss:// "
             "if it serves TLS"
         ) from None
     except redis.ConnectionError as exc:
@@ -439,11 +440,11 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
             raise RedisUnavailableError(
                 f"cannot reach Redis at {endpoint.description}: {detail}. The server ended the "
                 "TLS handshake: if it requires a client certificate (tls-auth-clients), add "
-                "ssl_certfile and ssl_keyfile to option 'url'."
+                f"ssl_certfile and ssl_keyfile to {named('url')}."
             ) from None
         raise RedisUnavailableError(
             f"cannot reach Redis at {endpoint.description}: {detail}. Check that "
-            "the server is running and that option 'url' (or $REDIS_URL) points to it."
+            f"the server is running and that {named('url or env')} points to it."
         ) from None
 
 
@@ -466,14 +467,14 @@ def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
             f"{endpoint.connect_timeout_s:g} s, then the TLS handshake within "
             f"{endpoint.read_timeout_s:g} s. If that port serves plain-text Redis, use redis:// "
             f"instead of rediss://; the limits are the URL parameters {CONNECT_TIMEOUT_PARAM} "
-            f"and {READ_TIMEOUT_PARAM} (seconds, in option 'url')."
+            f"and {READ_TIMEOUT_PARAM} (seconds, in {named('url')})."
         )
     if "connect" in detail.lower():
         limit, what = endpoint.connect_timeout_s, "connect"
-        names = f"the URL parameter {CONNECT_TIMEOUT_PARAM} (seconds, in option 'url')"
+        names = f"the URL parameter {CONNECT_TIMEOUT_PARAM} (seconds, in {named('url')})"
     else:
         limit, what = endpoint.read_timeout_s, "answer"
-        names = f"the URL parameter {READ_TIMEOUT_PARAM} (seconds, in option 'url')"
+        names = f"the URL parameter {READ_TIMEOUT_PARAM} (seconds, in {named('url')})"
     return (
         f"Redis at {endpoint.description} did not {what} within {limit:g} s. Check that a "
         "Redis server (not another service) listens there and is not overloaded; the limit "
@@ -487,7 +488,7 @@ def _refused(endpoint: RedisEndpoint, text: str) -> str:
     detail = _scrub(text, endpoint).split(".")[0]
     return (
         f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
-        "Check the 'username' and 'password' options (or the credentials in 'url')."
+        f"Check {named('credentials')}."
     )
 
 

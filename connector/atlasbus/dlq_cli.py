@@ -9,7 +9,7 @@ a delivery count and an idle time become ``retry-exhausted`` dead letters, then 
 acknowledged.
 
 What the command line prints names its flags (``--url``, ``--table``, ``--again``), not the
-Python arguments or Spark options the core's messages name: see ``cli_wording``.
+Python arguments or Spark options the core's messages name: see ``cli_common.CLI_NAMES``.
 """
 
 from __future__ import annotations

@@ -81,13 +81,13 @@ from typing import Any, Final
 import pyarrow as pa
 from deltalake import QueryBuilder
 
-from atlasbus import option_keys as keys
 from atlasbus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.dead_letters.record import DeadLetter, QueryContext, dead_letter_id
 from atlasbus.dead_letters.schema import RETRY_EXHAUSTED
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import AtlasbusError, ConfigurationError
+from atlasbus.option_names import named
 from atlasbus.raw_fields import raw_text
 from atlasbus.source_options import SweepPolicy
 from atlasbus.values import reply_text
@@ -376,16 +376,15 @@ def _no_group(group: str, streams: Sequence[str], absent: Sequence[str]) -> str:
     """Redis answers NOGROUP for a stream that does not exist too: say which it was."""
     if len(absent) == len(streams):
         return (
-            f"none of the streams swept exists ({', '.join(streams)}): check the streams swept "
-            "(options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a topic names the "
-            "stream '{streamPrefix}:{topic}')"
+            f"none of the streams swept exists ({', '.join(streams)}): check "
+            f"{named('swept streams')}"
         )
     present = [stream for stream in streams if stream not in absent]
     missing = f"; these streams do not exist: {', '.join(absent)}" if absent else ""
     return (
-        f"option '{keys.SWEEP_GROUP}': consumer group {group!r} does not exist on any of the "
+        f"{named('sweep group')}: consumer group {group!r} does not exist on any of the "
         f"streams swept ({', '.join(present)}){missing}. Check the group name (XINFO GROUPS "
-        "<stream> lists a stream's groups) and the streams"
+        f"<stream> lists a stream's groups) and {named('streams')}"
     )
 
 
@@ -687,9 +686,8 @@ def _raise_reply(endpoint: RedisEndpoint, reply: Exception, stream: str) -> None
     text = str(reply)
     if text.startswith("WRONGTYPE"):
         raise ConfigurationError(
-            f"key {stream!r} on Redis at {endpoint.description} is not a stream: check the "
-            "streams swept (options 'topics'/'topicPattern'/'streams' and 'streamPrefix'; a "
-            "topic names the stream '{streamPrefix}:{topic}')"
+            f"key {stream!r} on Redis at {endpoint.description} is not a stream: check "
+            f"{named('swept streams')}"
         )
     if "syntax error" in text.lower() or "unknown" in text.lower():
         raise AtlasbusError(

@@ -49,6 +49,7 @@ from typing import Any, Final, Literal
 from atlasbus.connection import RedisEndpoint, translate_errors
 from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError
+from atlasbus.option_names import named
 from atlasbus.values import reply_text
 
 QUERY: Final = "query"
@@ -262,7 +263,7 @@ def _result(endpoint: RedisEndpoint, stream: str, reply: Any, dry_run: bool) -> 
     if status < 0:
         raise ConfigurationError(
             f"key {stream!r} on Redis at {endpoint.description} is a {reply_text(reply[1])}, "
-            "not a stream: atlasbus trims only streams; check the stream prefix and topics"
+            f"not a stream: atlasbus trims only streams; check {named('stream selection')}"
         )
     point_text = reply_text(reply[1])
     names = [reply_text(v) for v in reply[5:]]

@@ -45,6 +45,7 @@ from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.encode import Rejection, encode_batch
 from atlasbus.errors import AtlasbusError, PublishError
 from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
+from atlasbus.option_names import named
 from atlasbus.publisher import Publisher
 from atlasbus.raw_fields import original_text
 from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, SinkOptions
@@ -226,7 +227,7 @@ def replay_dead_letters(
             raise PublishError(
                 f"{exc}. {unconfirmed} dead letter(s) stay claimed by replay run "
                 f"{claim[len(CLAIM_PREFIX) :]} without a confirmed entry: look in the stream "
-                "for them, then replay those it does not hold with again=True"
+                f"for them, then replay those it does not hold with {named('again')}"
             ) from exc
         finally:  # record what was confirmed published, even when publishing failed midway
             assert publisher.entry_ids is not None

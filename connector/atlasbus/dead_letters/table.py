@@ -45,6 +45,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from atlasbus.dead_letters.record import DeadLetter, to_arrow
 from atlasbus.dead_letters.schema import COLUMNS, DEAD_LETTER_SCHEMA
 from atlasbus.errors import AtlasbusError
+from atlasbus.option_names import named
 
 log = logging.getLogger("atlasbus.dead_letters")
 
@@ -100,7 +101,7 @@ class DeadLetterTable:
         except TableNotFoundError:
             raise DeadLetterTableError(
                 f"no dead-letter table at {self.uri!r}: it is created by the first dead letter "
-                "written there; check the deadLetterTable option for a typo"
+                f"written there; check {named('dead letter table')} for a typo"
             ) from None
         self._check_columns(table)
         return table
@@ -128,7 +129,7 @@ class DeadLetterTable:
         if missing:
             raise DeadLetterTableError(
                 f"the Delta table at {self.uri!r} is not a dead-letter table: it lacks columns "
-                f"{missing}; point deadLetterTable at a new path or an atlasbus dead-letter table"
+                f"{missing}; {named('where to point the dead letter table')}"
             )
 
     # --- writing -------------------------------------------------------------------------------

@@ -31,17 +31,19 @@ def connect(url: str, embedded: bool) -> Any:
     """A client for ``url``, checked: reachable, credentials accepted, Redis 6.2 or newer."""
     import redis
 
-    from atlasbus.cli_common import cli_wording, first_line
+    from atlasbus.cli_common import CLI_NAMES, first_line
     from atlasbus.connection import RedisEndpoint, translate_errors
     from atlasbus.errors import AtlasbusError
+    from atlasbus.option_names import named_as
 
     try:
-        endpoint = RedisEndpoint.from_options(url, None, None)
-        with translate_errors(endpoint):
-            client = endpoint.client()
-            version = str(client.info("server").get("redis_version", "0"))
+        with named_as(CLI_NAMES):
+            endpoint = RedisEndpoint.from_options(url, None, None)
+            with translate_errors(endpoint):
+                client = endpoint.client()
+                version = str(client.info("server").get("redis_version", "0"))
     except (AtlasbusError, redis.RedisError) as exc:
-        message = cli_wording(str(exc) if isinstance(exc, AtlasbusError) else first_line(exc))
+        message = str(exc) if isinstance(exc, AtlasbusError) else first_line(exc)
         if not embedded:
             message = message.rstrip(".") + (
                 ". Or leave out --url (and unset $REDIS_URL) to use an embedded one."
