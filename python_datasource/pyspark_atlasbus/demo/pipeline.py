@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -71,7 +72,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if args.keep:
                 print(
                     f"redis-server keeps running on {url} (--keep), pid {server.pid}; "
-                    f"stop it with: kill {server.pid}",
+                    f"stop it with: kill {server.pid} && rm -rf {shlex.quote(str(server.folder))}",
                     flush=True,
                 )
             else:
@@ -82,7 +83,14 @@ def prepare_output(root: Path) -> Paths:
     paths = Paths(root.resolve())
     try:
         paths.root.mkdir(parents=True, exist_ok=True)
-        for stale in (paths.events, paths.dead_letters, paths.checkpoint):
+        earlier = [p for p in (paths.events, paths.dead_letters, paths.checkpoint) if p.exists()]
+        if earlier:  # said, not silent: a user may have meant to keep them
+            print(
+                f"replacing an earlier run's {', '.join(p.name for p in earlier)} in "
+                f"{paths.root} (--output elsewhere keeps them)",
+                flush=True,
+            )
+        for stale in earlier:
             shutil.rmtree(stale, ignore_errors=True)
         probe = paths.root / ".atlasbus-demo-write-test"
         probe.write_text("ok")
