@@ -65,6 +65,7 @@ SLOW_FILES: frozenset[str] = frozenset(
     {
         "test_delta_sink_crash.py",
         "test_deployments.py",
+        "test_no_credentials_leak.py",  # runs the demo, the CLI and queries with one password
         "test_operations_under_crash.py",
         "test_redis_restart.py",
         "test_sink_dead_letters_under_crash.py",
@@ -73,11 +74,27 @@ SLOW_FILES: frozenset[str] = frozenset(
 )
 
 
+# Single tests of the slow tier: soak and concurrency runs (hundreds of batches or commits).
+SLOW_TESTS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("test_delta_spark.py", "test_compact_is_safe_beside_delta_spark_optimize_history"),
+        (
+            "test_delta_spark.py",
+            "test_concurrent_commits_from_both_engines_lose_and_double_nothing",
+        ),
+        (
+            "test_dead_letter_routing.py",
+            "test_two_hundred_batches_with_a_bad_entry_each_cost_one_commit_each_and_nothing_on_rerun",
+        ),
+    }
+)
+
+
 def is_slow(item: pytest.Item) -> bool:
     file = Path(str(item.path)).name
-    if file in SLOW_FILES:
-        return True
     name = getattr(item, "originalname", item.name)
+    if file in SLOW_FILES or (file, name) in SLOW_TESTS:
+        return True
     return file in CHILD_SPARK_FILES and name not in CHILD_SPARK_FILES[file]
 
 

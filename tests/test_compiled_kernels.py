@@ -273,7 +273,7 @@ def check_walk(status: int, position: int, data: bytes, cut: Any) -> None:
         assert status in (NOT_XRANGE, LAYOUT_CHANGES)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(replies())
 def test_a_reply_ending_at_a_guard_page_walks_within_its_bytes(
     guarded: GuardedBuffer, data: bytes
