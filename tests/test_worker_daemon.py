@@ -213,11 +213,11 @@ def test_pysparks_own_daemon_forks_workers_without_them() -> None:
 
 
 def test_a_daemon_whose_preload_fails_says_so_and_still_forks_workers(tmp_path: Path) -> None:
-    """A preload that raises (here numba cannot be imported) must not cost the executor its
+    """A preload that raises (here redis-py cannot be imported) must not cost the executor its
     Python workers: the daemon reports it on standard error and serves as pyspark's does."""
-    broken = tmp_path / "numba"
+    broken = tmp_path / "redis"
     broken.mkdir()
-    (broken / "__init__.py").write_text("raise ImportError('numba is broken on this executor')\n")
+    (broken / "__init__.py").write_text("raise ImportError('redis is broken on this executor')\n")
     with daemon("pyspark_atlasbus.worker_daemon", pythonpath=[str(tmp_path)]) as (port, process):
         pid, connection = forked_worker(port)
         with connection:
@@ -226,7 +226,7 @@ def test_a_daemon_whose_preload_fails_says_so_and_still_forks_workers(tmp_path: 
     assert process.stderr is not None
     stderr = process.stderr.read().decode()
     assert "atlasbus: the worker daemon could not preload atlasbus's executor code" in stderr
-    assert "numba is broken on this executor" in stderr
+    assert "redis is broken on this executor" in stderr
 
 
 @pytest.mark.spark

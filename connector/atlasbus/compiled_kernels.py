@@ -4,9 +4,9 @@ hiredis (executor).
 The kernels (``atlasbus.xrange_reply`` and the column loops it feeds) are numba-compiled and
 give the rows ``atlasbus.hiredis_pages`` and the list decoder give, faster. They serve only
 when numba is installed, ``NUMBA_DISABLE_JIT`` is not set, and every kernel compiles (or
-loads from the cache) and decodes the preload's page: the first read of each process finds
-out, once. Otherwise the pure path serves, and a warning says why when numba is installed but
-failed.
+loads from the cache) and decodes a sample page (``atlasbus.kernel_warmup``): the first read
+of each process finds out, once. Otherwise the pure path serves, and a warning says why when
+numba is installed but failed.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def _load() -> bool:
     except ImportError:
         log.info("numba is not installed: XRANGE replies are parsed by hiredis")
         return False
-    from atlasbus.preload import load_executor_code
+    from atlasbus.kernel_warmup import run_every_kernel
 
     try:
-        load_executor_code()
+        run_every_kernel()
     except Exception as exc:  # numba's errors have no common base worth naming here
         log.warning(
             "atlasbus: the compiled kernels failed to load (%s: %s); XRANGE replies are parsed "
