@@ -69,7 +69,8 @@ def demo_like_letters(stream: str) -> list[DeadLetter]:
                 if replayable
                 else "field 'payload' is not valid JSON",
                 stream=stream,
-                entry_id=f"{1000 + i}-0",
+                # published 1.5 s before it was dead-lettered: the chart bins by this time
+                entry_id=f"{int((T0 + timedelta(seconds=2.5 * i - 1.5)).timestamp() * 1000)}-0",
                 topic="orders",
                 payload=payload,
                 fields={"payload": payload, "priority": "high" if replayable else "3"},
