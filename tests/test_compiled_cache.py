@@ -199,3 +199,20 @@ def test_a_link_in_place_of_the_cache_folder_is_refused(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     refused(tmp_path, lambda folder: folder.symlink_to(elsewhere))
+
+
+def test_a_temporary_directory_others_may_write_without_the_sticky_bit_is_not_used(
+    tmp_path: Path,
+) -> None:
+    """In a world-writable folder without /tmp's sticky bit, another user could rename this
+    user's folder away and put theirs in its place: nothing is cached there."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    temporary.chmod(0o777)
+
+    done, folder = cut_where_neither_the_module_nor_the_user_can_cache(tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[b'1-1'] [b'b']"
+    assert f"atlasbus: other users may replace folders in {temporary}" in done.stderr
+    assert not folder.exists()

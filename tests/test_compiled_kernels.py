@@ -302,6 +302,18 @@ def test_a_header_claiming_a_trillion_entries_allocates_for_a_few() -> None:
     assert sum(notes.nbytes for notes in (*walk.places, *pairs.places)) < 4_000_000
 
 
+def test_an_entry_claiming_two_billion_fields_waits_for_their_bytes() -> None:
+    """A field count beyond the bytes received grows no notes for it: the walk waits for
+    more, as hiredis does (it had doubled its notes to 24 GiB and failed)."""
+    data = b"*1\r\n*2\r\n$3\r\n1-1\r\n*2147483648\r\n$1\r\na\r\n$1\r\nb\r\n"
+    buffer = np.frombuffer(data, np.uint8)
+    walk, pairs = Walk(), PairWalk()
+    assert walk_by_layout(buffer, len(data), walk) == MORE
+    assert walk_pairs(buffer, len(data), pairs) == MORE
+    assert sum(notes.nbytes for notes in (*walk.places, *pairs.places)) < 1_000_000
+    assert hiredis_reply(data) is False
+
+
 def test_more_entries_than_the_first_notes_hold_are_all_cut() -> None:
     """A reply of more entries than the walk first makes room for grows its notes."""
     entries = [(b"1-%d" % index, [b"a", b"%d" % index]) for index in range(10_000)]

@@ -198,6 +198,7 @@ def cut_in_the_middle(text: str, width: int) -> str:
 
     An error's telling part is at both ends: what was wrong first, the value it quotes last.
     """
+    width = max(width, 0)
     if len(text) <= width:
         return text
     if width <= 3:

@@ -82,6 +82,15 @@ def private_cache_folder() -> Path | None:
     as this user.
     """
     folder = Path(tempfile.gettempdir()) / f"atlasbus-numba-{os.getuid()}"
+    if not _safe_parent(folder.parent):
+        warnings.warn(
+            f"atlasbus: other users may replace folders in {folder.parent} (not sticky, not "
+            "this user's): compiled code is not cached on disk. Set NUMBA_CACHE_DIR to a "
+            "folder of your own",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
@@ -107,6 +116,17 @@ def private_cache_folder() -> Path | None:
         )
         return None
     return folder
+
+
+def _safe_parent(parent: Path) -> bool:
+    """Whether no other user can rename or replace a folder in ``parent``: it is this user's
+    or root's, and only its owner may write in it, or its sticky bit is set (as /tmp's is)."""
+    try:
+        status = parent.stat()
+    except OSError:
+        return False
+    owner_only = not status.st_mode & 0o022 or bool(status.st_mode & stat.S_ISVTX)
+    return status.st_uid in (os.getuid(), 0) and owner_only
 
 
 def _package_sources() -> str:
@@ -145,36 +165,38 @@ class _PackageCache(FunctionCache):  # type: ignore[misc]
         return (*super()._index_key(signature, codegen), _PACKAGE_SOURCES)
 
 
-# numba 0.68 made its locators public; earlier releases name them with an underscore.
-_UserProvidedLocator: Any = getattr(
-    caching, "UserProvidedCacheLocator", getattr(caching, "_UserProvidedCacheLocator", None)
-)
+def _try_the_private_folder_last() -> None:
+    """Add ``private_cache_folder`` as the last place numba caches this package's loops.
+
+    numba's caching API here is private (0.68's names; earlier releases prefix them with an
+    underscore): on a numba whose API differs, its own places serve and nothing more.
+    """
+    provided: Any = getattr(
+        caching, "UserProvidedCacheLocator", getattr(caching, "_UserProvidedCacheLocator", None)
+    )
+
+    class PrivateTemporaryLocator(provided):  # type: ignore[misc]
+        def __init__(self, py_func: Any, py_file: str) -> None:
+            super().__init__(py_func, py_file)
+            folder = private_cache_folder()
+            assert folder is not None  # from_function checked
+            self._cache_path = str(folder / self.get_suitable_cache_subpath(py_file))
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if private_cache_folder() is None:
+                return None
+            # the user-provided locator's parent: the folder is made and checked writable
+            return super(provided, cls).from_function(py_func, py_file)
+
+    class PackageCacheImpl(FunctionCache._impl_class):  # type: ignore[misc]
+        _locator_classes = [*FunctionCache._impl_class._locator_classes, PrivateTemporaryLocator]
+
+    _PackageCache._impl_class = PackageCacheImpl
 
 
-class _PrivateTemporaryLocator(_UserProvidedLocator):  # type: ignore[misc]
-    """numba's cache locator for ``private_cache_folder``: the last place tried."""
-
-    def __init__(self, py_func: Any, py_file: str) -> None:
-        super().__init__(py_func, py_file)
-        folder = private_cache_folder()
-        assert folder is not None  # from_function checked
-        self._cache_path = str(folder / self.get_suitable_cache_subpath(py_file))
-
-    @classmethod
-    def from_function(cls, py_func: Any, py_file: str) -> Any:
-        if private_cache_folder() is None:
-            return None
-        # the user-provided locator's parent: the folder is made and checked writable
-        return super(_UserProvidedLocator, cls).from_function(py_func, py_file)
-
-
-class _PackageCacheImpl(FunctionCache._impl_class):  # type: ignore[misc]
-    """numba's places to cache, then this user's private folder."""
-
-    _locator_classes = [*FunctionCache._impl_class._locator_classes, _PrivateTemporaryLocator]
-
-
-_PackageCache._impl_class = _PackageCacheImpl
+with contextlib.suppress(AttributeError, TypeError):
+    _try_the_private_folder_last()
 
 
 def _element(builder: Any, address: Any, index: Any, bits: int) -> Any:

@@ -43,9 +43,20 @@ def _load() -> bool:
         log.info("NUMBA_DISABLE_JIT is set: XRANGE replies are parsed by hiredis")
         return False
     try:
-        import numba  # noqa: F401
-    except ImportError:
-        log.info("numba is not installed: XRANGE replies are parsed by hiredis")
+        import numba
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "numba":
+            log.info("numba is not installed: XRANGE replies are parsed by hiredis")
+            return False
+        # installed, but not loadable: a dependency missing, or beside another NumPy
+        log.warning(
+            "atlasbus: numba is installed but cannot be imported (%s); XRANGE replies are "
+            "parsed by hiredis instead, which gives the same rows more slowly",
+            exc,
+        )
+        return False
+    if numba.config.DISABLE_JIT:  # also set by a .numba_config.yaml
+        log.info("numba's JIT is disabled: XRANGE replies are parsed by hiredis")
         return False
     from atlasbus.kernel_warmup import run_every_kernel
 

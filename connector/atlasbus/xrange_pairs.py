@@ -25,6 +25,7 @@ from atlasbus.xrange_reply import (
     ReplyWalk,
     bulk,
     entry_head,
+    full_or_more,
     grown,
     spans_error,
     spans_within,
@@ -66,7 +67,7 @@ def _walk_pairs(
         if status != COMPLETE:
             return status, pos, entry, fields
         if fields + names > capacity:
-            return FULL, pos, entry, fields
+            return full_or_more(names, at, end), pos, entry, fields
         for field in range(fields, fields + names):
             status, name_at, name_size = bulk(address, at, end)
             if status != COMPLETE:
@@ -136,6 +137,7 @@ def walk_pairs(buf: np.ndarray, end: int, walk: PairWalk) -> int:
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
+    end = min(end, len(buf))  # every read below, the header's too, lies within the buffer
     if (header := walk.header_read(buf, end)) != COMPLETE:
         return header
     while True:

@@ -157,6 +157,17 @@ def entry_head(address: int, pos: int, end: int) -> tuple[int, int, int, int, in
     return COMPLETE, start, length, count // 2, at
 
 
+# The fewest bytes a field takes in a reply: an empty name and an empty value, "$0\r\n\r\n" each.
+SMALLEST_FIELD = 12
+
+
+@inlined
+def full_or_more(names: int, at: int, end: int) -> int:
+    """FULL: grow the notes for an entry of ``names`` fields; MORE while fewer bytes have
+    arrived than that many fields take (a garbled count must not grow them without end)."""
+    return MORE if names > (end - at) // SMALLEST_FIELD else FULL
+
+
 # A walk's ``width`` before its first entry is walked.
 _NO_ENTRY_YET = -1
 
@@ -201,11 +212,11 @@ def _walk(
             return status, pos, entry, values, width
         if width == _NO_ENTRY_YET:
             if names > name_start.shape[0]:
-                return FULL, pos, entry, values, width
+                return full_or_more(names, at, end), pos, entry, values, width
         elif width != names:
             return LAYOUT_CHANGES, pos, entry, values, width
         if values + names > capacity:
-            return FULL, pos, entry, values, width
+            return full_or_more(names, at, end), pos, entry, values, width
         for name in range(names):
             status, name_at, name_size = bulk(address, at, end)
             if status != COMPLETE:
@@ -421,6 +432,7 @@ def walk_reply(buf: np.ndarray, end: int, walk: Walk) -> int:
 
     On COMPLETE, ``walk.position`` is where the reply ends.
     """
+    end = min(end, len(buf))  # every read below, the header's too, lies within the buffer
     if (header := walk.header_read(buf, end)) != COMPLETE:
         return header
     while True:
