@@ -14,6 +14,18 @@ import redis
 
 from atlasbus.column_page import ColumnPage, PairPage
 
+# The envelope's field names, in the order publishers write them (docs/wire-format.md).
+WIRE = (
+    b"topic",
+    b"priority",
+    b"payload",
+    b"correlation_id",
+    b"tracing",
+    b"metadata",
+    b"delivery_attempts",
+    b"enqueued_time",
+)
+
 
 def envelope(topic: str, index: int, **overrides: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {

@@ -29,18 +29,8 @@ from atlasbus.planning import ReadRange
 from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
 from atlasbus.reader import read_range
 from atlasbus.source_options import parse_source_options
-from helpers import column_page_of, pair_page_of, raw_fields_of_pages
+from helpers import WIRE, column_page_of, pair_page_of, raw_fields_of_pages
 
-WIRE = (
-    b"topic",
-    b"priority",
-    b"payload",
-    b"correlation_id",
-    b"tracing",
-    b"metadata",
-    b"delivery_attempts",
-    b"enqueued_time",
-)
 FIRST_SECOND = -62_135_424_000  # 0001-01-03T00:00:00Z
 END_SECOND = 253_402_128_000  # 9999-12-30T00:00:00Z, excluded
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

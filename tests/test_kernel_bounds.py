@@ -38,6 +38,7 @@ from atlasbus.decode import (
     _timestamps_of,
 )
 from guarded_memory import GuardedBuffer
+from helpers import WIRE
 
 
 def guarded_bytes(data: bytes) -> np.ndarray:
@@ -224,16 +225,6 @@ def _plain_micros(values: list[bytes], lowest: float, end: float) -> list[int] |
     return micros
 
 
-WIRE = (
-    b"topic",
-    b"priority",
-    b"payload",
-    b"correlation_id",
-    b"tracing",
-    b"metadata",
-    b"delivery_attempts",
-    b"enqueued_time",
-)
 NAMES = st.sampled_from(WIRE) | st.binary(max_size=6) | st.sampled_from([b"\\x", b"\\xff", b"\xe9"])
 
 
