@@ -63,7 +63,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=positive_float,
         default=30.0,
         metavar="SECONDS",
-        help="seconds of traffic (default 30); Spark's start adds 10-20 s before it",
+        help="seconds of traffic (default 30); it starts about 30 s after the command, "
+        "75 s the first time (Delta Lake's jars fetched, compiled code cached)",
     )
     demo.add_argument(
         "--rate",

@@ -1,7 +1,8 @@
 """The demo's run: Redis, Spark, the streaming query, the traffic, the drain and the summary.
 
 Order matters for a quick first micro-batch: Spark and the query start first (saying what
-they are doing, one line per phase: they take 10-20 s), the traffic only once the query has
+they are doing, one line per phase: traffic starts about 30 s after the command, 75 s
+the first time; ``benchmarks/bench_demo_start.py``), the traffic only once the query has
 run its first trigger, so the first batch comes a trigger or two after the traffic starts.
 
 Runs on the driver only: the Spark session, the publisher thread and the progress display all
