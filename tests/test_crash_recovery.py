@@ -104,10 +104,13 @@ def _payload(correlation_id: str, not_utf8: bool, padded: bool = False) -> bytes
     return text[:-1] + b', "note": "\xff"}' if not_utf8 else text
 
 
-def _start_query(args: list[str], log: Path | None = None) -> tuple[subprocess.Popen[str], float]:
+def _start_query(
+    args: list[str], log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], float]:
     """Start the query process and wait until its query runs; returns it and the time taken.
 
-    ``log``: a file the process's stderr is appended to (for a failure's cause)."""
+    ``log``: a file the process's stderr is appended to (for a failure's cause); ``env``:
+    variables on top of this process's (its JVM and Python workers inherit them)."""
     began = time.monotonic()
     with contextlib.ExitStack() as files:  # the child keeps its own copy of the log's handle
         stderr = files.enter_context(log.open("a")) if log is not None else subprocess.DEVNULL
@@ -117,7 +120,7 @@ def _start_query(args: list[str], log: Path | None = None) -> tuple[subprocess.P
             stderr=stderr,
             text=True,
             start_new_session=True,
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
         )
     assert process.stdout is not None
     line = process.stdout.readline()
