@@ -2,15 +2,15 @@
 
     python benchmarks/bench_decode.py [--against DIR] [--rounds 5] [--label L]
 
-A micro-batch's replies are received (``XrangePages``: each XRANGE sent, its reply read off
-the socket and walked), cut into columns (``KeptReplies.cut``) and decoded
-(``atlasbus.decode.decode_envelope_page``). This times the three, the receiving's parts and
-each column's share of the decoding, on a hand-over of 10 XRANGE pages of 1,000 of
-envelope_stream.py's envelopes from a private redis-server, in one process without Spark: the
-steps the reader's CPU per entry is made of, without Spark's noise. The receiving is timed
-on this thread (in a query it runs on a thread of its own); its parts are the thread's CPU
-in each call, the kernel's included (on a loopback socket, sending also runs the server's
-side of the receive). The payload's JSON check (``json_object_texts``) is also timed alone.
+A micro-batch's replies are received (``XrangePages``: each XRANGE sent, its reply read off the
+socket and walked), cut into columns (``KeptReplies.cut``) and decoded
+(``atlasbus.decoding.decoder.decode_envelope_page``). This times the three, the receiving's parts
+and each column's share of the decoding, on a hand-over of 10 XRANGE pages of 1,000 of
+envelope_stream.py's envelopes from a private redis-server, in one process without Spark: the steps
+the reader's CPU per entry is made of, without Spark's noise. The receiving is timed on this thread
+(in a query it runs on a thread of its own); its parts are the thread's CPU in each call, the
+kernel's included (on a loopback socket, sending also runs the server's side of the receive). The
+payload's JSON check (``json_object_texts``) is also timed alone.
 
 This checkout's ``connector`` directory is measured, not the installed atlasbus. With
 ``--against DIR`` (another checkout's ``connector`` directory, e.g. from
@@ -42,7 +42,8 @@ CONNECTOR = Path(__file__).parent.parent / "connector"  # this checkout's
 PAGES, PAGE_SIZE = 10, 1_000
 ENTRIES = PAGES * PAGE_SIZE
 CALLS = 30
-# atlasbus.decode's functions that decode one column each (those a checkout has are timed).
+# atlasbus.decoding.decoder's functions that decode one column each (those a checkout has are
+# timed).
 COLUMN_STEPS = (
     "_payload_column",
     "_map_column",
@@ -63,8 +64,9 @@ def measure(url: str) -> dict[str, float]:
     """In the measuring process: best CPU ns an entry of each step, over ``CALLS`` calls."""
     import redis
 
-    from atlasbus import decode, xrange_pages
-    from atlasbus.json_object_column import json_object_texts
+    from atlasbus.decoding import decoder as decode
+    from atlasbus.decoding.kernels.json_objects import json_object_texts
+    from atlasbus.reading import reply_receiver as xrange_pages
 
     pages = xrange_pages.XrangePages(redis.Redis.from_url(url).connection_pool.get_connection())
 

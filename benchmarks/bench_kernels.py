@@ -35,11 +35,11 @@ PATHS = {"compiled (numba)": {}, "pure (hiredis)": {"NUMBA_DISABLE_JIT": "1"}}
 
 READER_ALONE = f"""
 import json, sys, time
-from atlasbus.compiled_kernels import compiled_kernels_usable
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.planning import ReadRange
-from atlasbus.reader import read_range
-from atlasbus.source_options import parse_source_options
+from atlasbus.decoding.kernels.selection import compiled_kernels_usable
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.planning.batch_plan import ReadRange
+from atlasbus.reading.range_reader import read_range
+from atlasbus.options.source import parse_source_options
 
 options = parse_source_options(
     {{"url": sys.argv[1], "streamPrefix": "{STREAM_PREFIX}", "topics": "{TOPIC}"}}

@@ -2,24 +2,24 @@
 
     python benchmarks/bench_layouts.py [--rows 200000] [--every 5000] [--repeat 3] [--label L]
 
-Publishers omit optional fields now and then, and streams read with ``format=raw`` may hold
-whatever their producers write. A reply whose entries share one field layout is cut into a
-column per field; any other reply is cut into names and values, from which the envelope
-decoder picks its fields by name; ``format=raw`` cuts every reply into names and values. This
-measures what that costs the core reader, without Spark, on one private redis-server holding
-three streams of --rows envelopes (envelope_stream.py's): one where every entry has all 8 fields
-("uniform"), one where one entry in --every lacks ``correlation_id`` ("mixed"), and one where
-each entry is one of five layouts in turn ("varied": all fields; without ``correlation_id``;
-without ``tracing``; with an extra field; the fields in another order). Each is read whole in
-one process by ``atlasbus.reader.read_range``, with ``format=envelope`` and ``format=raw``,
---repeat rounds, the readings alternating; reports the best CPU µs per entry of each and each
-stream's over the uniform one's. Writes benchmarks/results/layouts.json (layouts-L.json with
---label) and the chart beside it.
+Publishers omit optional fields now and then, and streams read with ``format=raw`` may hold whatever
+their producers write. A reply whose entries share one field layout is cut into a column per field;
+any other reply is cut into names and values, from which the envelope decoder picks its fields by
+name; ``format=raw`` cuts every reply into names and values. This measures what that costs the core
+reader, without Spark, on one private redis-server holding three streams of --rows envelopes
+(envelope_stream.py's): one where every entry has all 8 fields ("uniform"), one where one entry in
+--every lacks ``correlation_id`` ("mixed"), and one where each entry is one of five layouts in turn
+("varied": all fields; without ``correlation_id``; without ``tracing``; with an extra field; the
+fields in another order). Each is read whole in one process by
+``atlasbus.reading.range_reader.read_range``, with ``format=envelope`` and ``format=raw``, --repeat
+rounds, the readings alternating; reports the best CPU µs per entry of each and each stream's over
+the uniform one's. Writes benchmarks/results/layouts.json (layouts-L.json with --label) and the
+chart beside it.
 
-It also times, in the same process, ``atlasbus.pair_fields.field_columns`` alone (picking the
-decoder's fields by name out of a page of names and values) on a 10,000-entry page of each
-stream's envelopes: the part of the reader's work that depends on the layouts, measured
-without Redis's noise (best of 9 rounds of 20 calls, ns an entry).
+It also times, in the same process, ``atlasbus.decoding.kernels.pick_fields.field_columns`` alone
+(picking the decoder's fields by name out of a page of names and values) on a 10,000-entry page of
+each stream's envelopes: the part of the reader's work that depends on the layouts, measured without
+Redis's noise (best of 9 rounds of 20 calls, ns an entry).
 """
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ def _varied(fields: dict[str, Any], layout: int) -> dict[str, Any]:
 
 def read_whole(url: str, stream: str, data_format: str) -> tuple[int, float]:
     """The whole stream through the core reader: (rows, CPU seconds)."""
-    from atlasbus.entry_id import EntryId
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.model.entry_id import EntryId
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
 
     options = parse_source_options({"url": url, "streams": stream, "format": data_format})
     whole = ReadRange(stream, stream, EntryId(0, 0), EntryId(2**63, 0))
@@ -95,9 +95,9 @@ def pick_fields_ns(kind: str, every: int, entries: int = 10_000) -> float:
     import numpy as np
     import pyarrow as pa
 
-    from atlasbus.column_page import PairPage
-    from atlasbus.decode import _DECODED_FIELDS
-    from atlasbus.pair_fields import field_columns
+    from atlasbus.decoding.cut_pages import PairPage
+    from atlasbus.decoding.decoder import _DECODED_FIELDS
+    from atlasbus.decoding.kernels.pick_fields import field_columns
 
     pages: list[list[tuple[bytes, bytes]]] = []
     for index in range(entries):

@@ -37,7 +37,7 @@ from envelope_stream import STREAM, STREAM_PREFIX, TOPIC, publish, time_slices
 from installed_bytecode import compile_atlasbus
 from run_report import benchmark_parser, chart_note, pyplot, results_for, save_chart, write_report
 
-from atlasbus.source_options import DEFAULT_PAGE_SIZE
+from atlasbus.options.source import DEFAULT_PAGE_SIZE
 
 RESULTS = Path(__file__).parent / "results" / "page-size.json"
 OTHER_STREAM = "bench:other-client"
@@ -46,10 +46,10 @@ OTHER_EVERY_S = 0.0005
 
 def read_slice(url: str, bounds: tuple[str, str], page_size: int) -> tuple[int, float]:
     """One half of the stream with the core reader; (rows, CPU seconds). Runs in a worker."""
-    from atlasbus.entry_id import EntryId
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.model.entry_id import EntryId
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
 
     options = parse_source_options(
         {"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC, "pageSize": str(page_size)}

@@ -137,7 +137,7 @@ class Query:
     """One streaming query's driver side, called as Spark's micro-batch execution calls it."""
 
     def __init__(self, url: str, prefix: str, query: str, cap: int) -> None:
-        from atlasbus.source_options import parse_source_options
+        from atlasbus.options.source import parse_source_options
         from pyspark_atlasbus.stream_reader import AtlasbusStreamReader
 
         raw = {"url": url, "streamPrefix": prefix, "topicPattern": "*"}

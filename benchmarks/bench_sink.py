@@ -26,9 +26,9 @@ import redis
 from installed_bytecode import compile_atlasbus
 from run_report import benchmark_parser, write_report
 
-from atlasbus.publisher import Publisher
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.publishing.publisher import Publisher
 from atlasbus.sandbox.redis_server import RedisServer
-from atlasbus.sink_options import parse_sink_options
 
 RESULTS = Path(__file__).parent / "results" / "sink.json"
 TOPIC = "bench"

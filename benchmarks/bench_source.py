@@ -104,10 +104,10 @@ def core_reader(
     url: str, bounds: tuple[str, str], data_format: str = "envelope"
 ) -> tuple[int, float]:
     """Read one half with atlasbus's reader; returns (rows, CPU seconds spent)."""
-    from atlasbus.entry_id import EntryId
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.model.entry_id import EntryId
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
 
     options = parse_source_options(
         {"url": url, "streamPrefix": STREAM_PREFIX, "topics": TOPIC, "format": data_format}
@@ -229,7 +229,7 @@ def prebuilt_batch(url: str, path: Path, size: int = _PREBUILT_ROWS) -> None:
     import pyarrow as pa
     import redis
 
-    from atlasbus.decode import decode_envelopes
+    from atlasbus.decoding.decoder import decode_envelopes
 
     connection = redis.Redis.from_url(url).connection_pool.get_connection()
     connection.send_command("XRANGE", STREAM, "-", "+", "COUNT", size)
@@ -291,7 +291,7 @@ def spark_ceiling(
     """The same query with a source that only yields pre-built batches: Spark's own cost."""
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
+    from atlasbus.options.source import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
     # As many tasks, of the same sizes, as atlasbus plans with its default partition size.
     tasks = math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION)
@@ -331,7 +331,7 @@ def envelope_query(
 ) -> QueryRun:
     """A query of the envelope schema whose one micro-batch is ``read`` from ``partitions``,
     run into the noop sink."""
-    from atlasbus.schema import ENVELOPE_SCHEMA, spark_ddl
+    from atlasbus.model.read_schema import ENVELOPE_SCHEMA, spark_ddl
 
     frame = one_batch_source(spark, name, spark_ddl(ENVELOPE_SCHEMA), partitions, read)
     return run_to_noop(frame, rows, checkpoint_root, meter)
@@ -351,7 +351,7 @@ def spark_receive_floor(
     """
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION, DEFAULT_PAGE_SIZE
+    from atlasbus.options.source import DEFAULT_MAX_ENTRIES_PER_PARTITION, DEFAULT_PAGE_SIZE
 
     slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))
     path = str(batch_file)
@@ -359,7 +359,7 @@ def spark_receive_floor(
     def read(partition: InputPartition) -> Any:
         import redis
 
-        from atlasbus.xrange_pages import XrangePages
+        from atlasbus.reading.reply_receiver import XrangePages
 
         connection = redis.Redis.from_url(url).connection_pool.get_connection()
         pages = XrangePages(connection)
@@ -402,7 +402,7 @@ def spark_bare_source(
     """
     from pyspark.sql.datasource import InputPartition
 
-    from atlasbus.source_options import DEFAULT_MAX_ENTRIES_PER_PARTITION
+    from atlasbus.options.source import DEFAULT_MAX_ENTRIES_PER_PARTITION
 
     names = ["id", *envelope(0)]
     slices = time_slices(url, math.ceil(rows / DEFAULT_MAX_ENTRIES_PER_PARTITION))

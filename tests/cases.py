@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from atlasbus.raw_fields import raw_text
+from atlasbus.wire.raw_text import raw_text
 from helpers import envelope
 
 GOOD = envelope("t", 1)
@@ -89,5 +89,5 @@ def as_bytes(value: bytes | str) -> bytes:
 
 
 def raw_map(fields: dict[bytes | str, bytes | str]) -> dict[str, str]:
-    """The ``fields`` map of an entry: UTF-8 text as it is, but see atlasbus.raw_fields."""
+    """The ``fields`` map of an entry: UTF-8 text as it is, but see atlasbus.wire.raw_text."""
     return {raw_text(as_bytes(k)): raw_text(as_bytes(v)) for k, v in fields.items()}

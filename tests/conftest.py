@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.connection import forget_clients
+from atlasbus.bus.connection import forget_clients
 from atlasbus.sandbox.redis_server import RedisServer
 
 # Spark starts Python workers with $PYSPARK_PYTHON; it must be this interpreter (and set before

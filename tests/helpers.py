@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import redis
 
-from atlasbus.column_page import ColumnPage, PairPage
+from atlasbus.decoding.cut_pages import ColumnPage, PairPage
 
 # The envelope's field names, in the order publishers write them (docs/wire-format.md).
 WIRE = (
@@ -115,7 +115,7 @@ def redis_major(r: redis.Redis) -> int:
 
 
 def column_page_of(entries: list[Any]) -> ColumnPage | None:
-    """The page as ``atlasbus.xrange_reply`` cuts it, when its entries share one layout."""
+    """The page as ``atlasbus.decoding.kernels.cut_one_layout`` cuts it, when its entries share one layout."""
     names = list(entries[0][1][0::2])
     if len(set(names)) != len(names) or any(list(f[0::2]) != names for _, f in entries):
         return None
@@ -127,7 +127,7 @@ def column_page_of(entries: list[Any]) -> ColumnPage | None:
 
 
 def pair_page_of(entries: list[Any]) -> PairPage:
-    """The page as ``atlasbus.xrange_pairs`` cuts it, whatever its entries' layouts."""
+    """The page as ``atlasbus.decoding.kernels.cut_any_layout`` cuts it, whatever its entries' layouts."""
     counts = [len(flat) // 2 for _, flat in entries]
     return PairPage(
         pa.array([entry_id for entry_id, _ in entries], pa.binary()),
@@ -141,7 +141,7 @@ def raw_fields_of_pages(entries: list[Any]) -> list[Any]:
     """The ``fields`` maps of a page read with ``format=raw`` from its names and values (and,
     for a one-layout page, from its columns too), after checking that they are valid Arrow and
     that its entry lists read the same."""
-    from atlasbus.decode import decode_raw
+    from atlasbus.decoding.decoder import decode_raw
 
     expected = decode_raw(entries, topic="t", stream="s:t").to_pylist()
     columns = column_page_of(entries)

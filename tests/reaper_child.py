@@ -13,10 +13,15 @@ import os
 import signal
 import sys
 
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetterTable
-from atlasbus.reaper import claim_exhausted, find_exhausted, record_dead_letters, start_cursors
-from atlasbus.source_options import SweepPolicy
+from atlasbus.operations.reaper import (
+    claim_exhausted,
+    find_exhausted,
+    record_dead_letters,
+    start_cursors,
+)
+from atlasbus.options.source import SweepPolicy
 
 
 def main(argv: list[str]) -> None:

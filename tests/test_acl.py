@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.connection import RedisEndpoint, forget_clients
+from atlasbus.bus.connection import RedisEndpoint, forget_clients
 from atlasbus.dead_letters import DeadLetterTable, replay_dead_letters
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, envelope, payload_numbers, run_available_now

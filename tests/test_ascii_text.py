@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.ascii_text import all_ascii, text_column
+from atlasbus.decoding.kernels.ascii_text import all_ascii, text_column
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from atlasbus.connection import RedisEndpoint, shown_url
+from atlasbus.bus.connection import RedisEndpoint, shown_url
 from atlasbus.errors import ConfigurationError
-from atlasbus.sink_options import parse_sink_options
-from atlasbus.source_options import parse_source_options
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.options.source import parse_source_options
 
 URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
 MAX = 2**63 - 1

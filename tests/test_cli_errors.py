@@ -21,13 +21,13 @@ import pytest
 import redis
 
 from atlasbus import cli
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.errors import AtlasbusError, RedisUnavailableError
-from atlasbus.publisher import Publisher
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.options.source import parse_source_options
+from atlasbus.publishing.publisher import Publisher
 from atlasbus.sandbox.redis_server import RedisServer, free_port
-from atlasbus.sink_options import parse_sink_options
-from atlasbus.source_options import parse_source_options
-from atlasbus.streams import StreamCatalog
 from helpers import publish
 
 PREFIX = "clierr"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from atlasbus import dlq_cli
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters.table import SUMMARY_BY
 
 HEAVY = ("pyspark", "deltalake", "pyarrow", "numba", "pandas", "redis")

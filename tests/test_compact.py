@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atlasbus import dlq_cli
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
 from atlasbus.dead_letters.maintenance import compact, parquet_files_on_disk
 

@@ -1,4 +1,4 @@
-"""The compiled loops' machine code, cached on disk (atlasbus.compiled): loaded again while
+"""The compiled loops' machine code, cached on disk (atlasbus.decoding.kernels.compiler): loaded again while
 atlasbus's sources are the same, never once any of them has changed, and cached even where
 neither the module's directory nor the user's cache can be written: in a folder of the user's
 own in the temporary directory, and never in one another user could have made first.
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 import atlasbus
-from atlasbus import xrange_reply
+from atlasbus.decoding.kernels import cut_one_layout as xrange_reply
 
 PROBE_HELPER = """
-from atlasbus.compiled import inlined
+from atlasbus.decoding.kernels.compiler import inlined
 
 
 @inlined
@@ -32,7 +32,7 @@ def step(value):
 """
 
 PROBE_LOOP = """
-from atlasbus.compiled import compiled
+from atlasbus.decoding.kernels.compiler import compiled
 from atlasbus.probe_helper import step
 
 
@@ -79,8 +79,8 @@ def test_a_change_in_a_helpers_module_alone_recompiles_the_loops_that_inline_it(
     tmp_path: Path,
 ) -> None:
     """numba keys its cache on the loop's own module and bytecode only. A release that
-    changed only a helper compiled into a loop (a scanner of atlasbus.json_scan inlined into
-    atlasbus.flat_json_maps) would run the old helper, cached beside the unchanged module."""
+    changed only a helper compiled into a loop (a scanner of atlasbus.decoding.kernels.json_lexer inlined into
+    atlasbus.decoding.kernels.flat_json_maps) would run the old helper, cached beside the unchanged module."""
     package = copied_package(tmp_path)
     (package / "probe_helper.py").write_text(PROBE_HELPER.format(increment=1))
     (package / "probe_loop.py").write_text(PROBE_LOOP)

@@ -28,10 +28,17 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import decode_envelope_page, decode_raw
-from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
-from atlasbus.xrange_reply import COMPLETE, LAYOUT_CHANGES, MORE, NOT_XRANGE, Walk, cut_reply
-from atlasbus.xrange_reply import walk_reply as walk_by_layout
+from atlasbus.decoding.decoder import decode_envelope_page, decode_raw
+from atlasbus.decoding.kernels.cut_any_layout import PairWalk, cut_pairs, walk_pairs
+from atlasbus.decoding.kernels.cut_one_layout import (
+    COMPLETE,
+    LAYOUT_CHANGES,
+    MORE,
+    NOT_XRANGE,
+    Walk,
+    cut_reply,
+)
+from atlasbus.decoding.kernels.cut_one_layout import walk_reply as walk_by_layout
 from guarded_memory import GuardedBuffer
 
 HERE = Path(__file__).parent
@@ -45,7 +52,7 @@ if mode == "numba-missing":
 elif mode == "kernel-fails-to-compile":
     import numba
 
-    import atlasbus.xrange_reply as cutter
+    import atlasbus.decoding.kernels.cut_one_layout as cutter
 
     @numba.njit
     def walk_that_cannot_compile(*args):
@@ -55,11 +62,11 @@ elif mode == "kernel-fails-to-compile":
 
 import pyarrow as pa
 
-from atlasbus.compiled_kernels import compiled_kernels_usable
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.planning import ReadRange
-from atlasbus.reader import read_range
-from atlasbus.source_options import parse_source_options
+from atlasbus.decoding.kernels.selection import compiled_kernels_usable
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.planning.batch_plan import ReadRange
+from atlasbus.reading.range_reader import read_range
+from atlasbus.options.source import parse_source_options
 
 whole = ReadRange(stream, "t", ZERO, EntryId(2**63, 0))
 layouts = {

@@ -1,4 +1,4 @@
-"""One client per process, clear connection errors, pooled raw connections (atlasbus.connection).
+"""One client per process, clear connection errors, pooled raw connections (atlasbus.bus.connection).
 
 Against real redis-servers: the session's, and servers of this module's own where a test needs
 a password or a server that goes away.
@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import atlasbus
-from atlasbus.connection import (
+from atlasbus.bus.connection import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     RedisEndpoint,
@@ -26,10 +26,10 @@ from atlasbus.connection import (
     raw_connection,
     translate_errors,
 )
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
-from atlasbus.publisher import delete_markers
+from atlasbus.publishing.publisher import delete_markers
 from atlasbus.sandbox.redis_server import RedisServer, free_port
-from atlasbus.streams import StreamCatalog
 from helpers import redis_major
 
 PASSWORD = "s3cret-conn-pw"
@@ -485,9 +485,9 @@ def test_a_server_that_never_accepts_fails_within_the_connect_timeout() -> None:
 def test_rediss_against_a_plain_text_port_says_so_within_the_read_timeout(redis_url: str) -> None:
     import time
 
-    from atlasbus.connection import RedisEndpoint
+    from atlasbus.bus.connection import RedisEndpoint
+    from atlasbus.bus.stream_catalog import StreamCatalog
     from atlasbus.errors import RedisUnavailableError
-    from atlasbus.streams import StreamCatalog
 
     url = redis_url.replace("redis://", "rediss://") + "?socket_timeout=1"
     endpoint = RedisEndpoint.from_options(url, None, None)

@@ -256,7 +256,7 @@ def batch_numbers(checkpoint: Path, folder: str) -> list[int]:
 def batch_offsets(checkpoint: Path, batch: int) -> dict[str, str]:
     """Each stream's end of micro-batch ``batch``, from the query's offsets log (each file: a
     version line, the batch's metadata, then the source's offsets as JSON)."""
-    from atlasbus.offsets import StreamOffsets
+    from atlasbus.model.offsets import StreamOffsets
 
     lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
     offsets = StreamOffsets.from_json(lines[2])
@@ -304,7 +304,7 @@ def test_exactly_once_across_driver_kills_when_tasks_hand_over_several_batches(
     thread hands over several batches (``reader.COLUMN_DECODE_ROWS``): partitions of up to
     25,000 entries and a publisher fast enough, with bursts, that the backlog a restart finds
     fills them. The offsets log shows that some micro-batch read more than that from a stream."""
-    from atlasbus.reader import COLUMN_DECODE_ROWS
+    from atlasbus.reading.range_reader import COLUMN_DECODE_ROWS
 
     out = str(tmp_path / "out")
     checkpoint = tmp_path / "ck"

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from atlasbus.connection import forget_clients
-from atlasbus.entry_id import EntryId
+from atlasbus.bus.connection import forget_clients
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.errors import DataLossError
-from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses
+from atlasbus.model.entry_id import EntryId
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.model.stream_plan import StreamPlan
+from atlasbus.options.source import parse_source_options
+from atlasbus.planning.batch_plan import mark_batch, plan_ranges, report_recorded_losses
 from atlasbus.sandbox.redis_server import RedisServer
-from atlasbus.source_options import parse_source_options
-from atlasbus.stream_plan import StreamPlan
-from atlasbus.streams import StreamCatalog
 
 
 def _binaries() -> list[str]:

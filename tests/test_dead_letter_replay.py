@@ -17,8 +17,8 @@ import redis
 from deltalake import DeltaTable
 from pyspark.sql.functions import col
 
-from atlasbus import dlq_cli
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters import (
     PROCESSING,
     DeadLetter,
@@ -527,7 +527,7 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "atlasbus.dlq_cli",
+            "atlasbus.cli.dlq",
             "dlq",
             "summary",
             "--table",
@@ -543,7 +543,7 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
     assert done.stdout.splitlines()[2].split()[:2] == ["data-loss", "1"]
     assert "SparkContext" not in done.stderr and "JAVA" not in done.stderr
     help_text = subprocess.run(
-        [sys.executable, "-m", "atlasbus.dlq_cli", "dlq", "replay", "--help"],
+        [sys.executable, "-m", "atlasbus.cli.dlq", "dlq", "replay", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -559,7 +559,7 @@ def test_cli_runs_as_a_command_without_starting_spark(tmp_path: Path) -> None:
 _REPLAY_RUN = r"""
 import json, os, sys, time
 from pathlib import Path
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.dead_letters import DeadLetterTable, replay_dead_letters
 
 uri, url, prefix, start, barrier, name, runs, where = sys.argv[1:9]
@@ -694,7 +694,7 @@ def test_two_cli_replays_started_together_publish_each_dead_letter_once(
     command = [
         sys.executable,
         "-m",
-        "atlasbus.dlq_cli",
+        "atlasbus.cli.dlq",
         "dlq",
         "replay",
         "--table",

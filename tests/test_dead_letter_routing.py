@@ -21,10 +21,11 @@ from atlasbus.dead_letters import (
     dead_letter_id,
     sink_write_id,
 )
-from atlasbus.decode import decode_envelope_page
-from atlasbus.entry_id import EntryId
-from atlasbus.publisher import Publisher, marker_key
-from atlasbus.sink_options import parse_sink_options
+from atlasbus.dead_letters.sink import SinkDeadLetters
+from atlasbus.decoding.decoder import decode_envelope_page
+from atlasbus.model.entry_id import EntryId
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.publishing.publisher import Publisher, marker_key
 from cases import MALFORMED, raw_map
 from helpers import BatchCollector, envelope, publish, redis_major, stream_reader
 
@@ -312,13 +313,13 @@ def test_retried_sink_task_records_each_rejected_row_once_and_publishes_each_goo
     # attempt 1 publishes the first batch, then its executor is lost
     with (
         pytest.raises(RuntimeError),
-        Publisher(options, marker=marker, dead_letter_write_id=write_id) as attempt,
+        Publisher(options, marker=marker, rejects=SinkDeadLetters(dlq, write_id)) as attempt,
     ):
         attempt.publish(mixed_batch(0, 2000, bad))
         raise RuntimeError("executor lost")
     assert (attempt.published, attempt.dead_lettered) == (1998, 2)
     # attempt 2 sees the same rows, cut into batches differently
-    with Publisher(options, marker=marker, dead_letter_write_id=write_id) as retry:
+    with Publisher(options, marker=marker, rejects=SinkDeadLetters(dlq, write_id)) as retry:
         retry.publish(mixed_batch(0, 1000, bad))
         retry.publish(mixed_batch(1000, 3000, bad))
     assert (retry.skipped, retry.published, retry.dead_lettered) == (2000, 999, 1)
@@ -329,7 +330,7 @@ def test_retried_sink_task_records_each_rejected_row_once_and_publishes_each_goo
         dead_letter_id(SINK_PUBLISH, write_id, row) for row in bad
     )
     # a third attempt that re-does everything without the marker adds no dead letter twice
-    with Publisher(options, marker=None, dead_letter_write_id=write_id) as again:
+    with Publisher(options, marker=None, rejects=SinkDeadLetters(dlq, write_id)) as again:
         again.publish(mixed_batch(0, 3000, bad))
     assert DeadLetterTable(dlq).to_arrow().num_rows == 3
     # not even as hidden duplicates: each rejected row is stored once
@@ -384,9 +385,9 @@ def test_two_hundred_batches_with_a_bad_entry_each_cost_one_commit_each_and_noth
 ) -> None:
     """200 micro-batches' tasks (core reader), each meeting one malformed entry among 20."""
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
 
     stream, batches, per_batch = f"{prefix}:orders", 200, 20
     pipe = r.pipeline(transaction=False)
@@ -442,9 +443,9 @@ def test_pages_decoded_one_by_one_are_joined_into_batches_in_order(
     """23,000 entries in pages of 1,000: batches of 10,000, 10,000 and 3,000 entries, each
     batch's malformed entries (on several of its pages) recorded in one append before it."""
     from atlasbus.dead_letters import QueryContext
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import TARGET_BATCH_ROWS, read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import TARGET_BATCH_ROWS, read_range
 
     stream, total = f"{prefix}:orders", 23_000
     bad = {i for i in range(1, total + 1) if i % 997 == 0 or i in (1, 10_000, 10_001, total)}

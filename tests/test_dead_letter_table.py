@@ -32,9 +32,9 @@ from atlasbus.dead_letters import (
     split_decoded,
 )
 from atlasbus.dead_letters.sink import rejected_rows
-from atlasbus.decode import decode_envelopes
-from atlasbus.encode import Rejection
-from atlasbus.values import int32_or_none, text_or_none
+from atlasbus.decoding.decoder import decode_envelopes
+from atlasbus.model.conversions import int32_or_none, text_or_none
+from atlasbus.publishing.encoder import Rejection
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

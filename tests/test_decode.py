@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 import pytest
 import redis
 
-from atlasbus.column_page import PartialColumn
-from atlasbus.decode import decode_envelope_page, decode_envelopes, decode_raw
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.planning import ReadRange
-from atlasbus.raw_fields import raw_entry
-from atlasbus.reader import read_range
-from atlasbus.source_options import parse_source_options
+from atlasbus.decoding.cut_pages import PartialColumn
+from atlasbus.decoding.decoder import decode_envelope_page, decode_envelopes, decode_raw
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.options.source import parse_source_options
+from atlasbus.planning.batch_plan import ReadRange
+from atlasbus.reading.range_reader import read_range
+from atlasbus.wire.raw_text import raw_entry
 from helpers import column_page_of, pair_page_of, publish, raw_fields_of_pages
 
 TRACINGS = [
@@ -326,7 +326,7 @@ def test_fields_tell_a_latin1_byte_from_the_text_of_its_escape() -> None:
 
 
 def test_original_text_restores_what_fields_escaped() -> None:
-    from atlasbus.raw_fields import original_text, raw_text
+    from atlasbus.wire.raw_text import original_text, raw_text
 
     for value in [b'{"k": "\\\\x41"}', b"plain", b"\\x41 and \\\\", "é".encode()]:
         assert original_text(raw_text(value)) == value.decode()
@@ -383,7 +383,7 @@ def test_envelopes_of_any_layouts_decode_from_names_and_values_as_from_their_lis
 def test_a_field_some_entries_lack_is_decoded_for_those_that_have_it() -> None:
     """Such a field is decoded on its own for the entries that have it (on a uniform page's
     paths) and spread back: its errors on their rows, the absent value where it is missing."""
-    from atlasbus.pair_fields import field_columns
+    from atlasbus.decoding.kernels.pick_fields import field_columns
 
     def entry(seq: int, **extra: bytes) -> list[object]:
         fields = {b"priority": b"3", b"payload": b'{"n": %d}' % seq, b"enqueued_time": b"1.5"}
@@ -430,7 +430,7 @@ def test_fields_are_found_by_name_whatever_layouts_repeat_or_look_alike() -> Non
     """Layouts whose names have the same lengths in the same places (``payload`` and
     ``tracing`` swapped; ``tracing`` spelt ``tracinq``) are told apart byte by byte, and more
     layouts than are remembered at once each find their fields."""
-    from atlasbus.pair_fields import field_columns
+    from atlasbus.decoding.kernels.pick_fields import field_columns
 
     def entry(seq: int, names: list[bytes]) -> list[object]:
         values = {

@@ -22,13 +22,13 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from atlasbus.column_page import ColumnPage, MixedPage, PairPage
-from atlasbus.decode import decode_envelope_page, decode_raw
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.planning import ReadRange
-from atlasbus.raw_fields import raw_bytes, raw_entry, raw_text
-from atlasbus.reader import read_range
-from atlasbus.source_options import parse_source_options
+from atlasbus.decoding.cut_pages import ColumnPage, MixedPage, PairPage
+from atlasbus.decoding.decoder import decode_envelope_page, decode_raw
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.options.source import parse_source_options
+from atlasbus.planning.batch_plan import ReadRange
+from atlasbus.reading.range_reader import read_range
+from atlasbus.wire.raw_text import raw_bytes, raw_entry, raw_text
 from helpers import WIRE, column_page_of, pair_page_of, raw_fields_of_pages
 
 FIRST_SECOND = -62_135_424_000  # 0001-01-03T00:00:00Z

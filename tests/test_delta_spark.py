@@ -22,7 +22,7 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from atlasbus import dlq_cli
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters import (
     COLUMNS,
     PROCESSING,

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.dead_letters.maintenance import parquet_files_on_disk
-from atlasbus.decode import REASONS, decode_envelope_page
+from atlasbus.decoding.decoder import REASONS, decode_envelope_page
 from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sandbox.traffic import TOPICS, TrafficGenerator
 from conftest import in_ci

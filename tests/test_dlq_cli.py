@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from atlasbus import cli_common, dlq_cli
-from atlasbus.connection import RedisEndpoint, translate_errors
+from atlasbus.bus.connection import RedisEndpoint, translate_errors
+from atlasbus.cli import common as cli_common
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters import COLUMNS, DeadLetter, DeadLetterTable
 from atlasbus.dead_letters.table import SUMMARY_BY
 from atlasbus.errors import RedisUnavailableError

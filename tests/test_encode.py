@@ -13,14 +13,14 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from atlasbus.encode import encode_batch
 from atlasbus.errors import ConfigurationError
-from atlasbus.sink_options import (
+from atlasbus.options.sink import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SinkOptions,
     check_input_schema,
     parse_sink_options,
 )
+from atlasbus.publishing.encoder import encode_batch
 
 URL = "redis://127.0.0.1:1/0"
 STRING_MAP = pa.map_(pa.string(), pa.string())

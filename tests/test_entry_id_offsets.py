@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atlasbus.entry_id import MAX_SEQ, ZERO, EntryId
 from atlasbus.errors import OffsetError
-from atlasbus.offsets import StreamOffsets
+from atlasbus.model.entry_id import MAX_SEQ, ZERO, EntryId
+from atlasbus.model.offsets import StreamOffsets
 
 ids = st.builds(EntryId, st.integers(0, 2**50), st.integers(0, MAX_SEQ))
 

@@ -18,8 +18,8 @@ import pytest
 import redis
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from atlasbus.offsets import StreamOffsets
-from atlasbus.source_options import parse_source_options
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.options.source import parse_source_options
 from helpers import BatchCollector, payload_numbers, publish, run_until_idle, stream_reader
 from pyspark_atlasbus.partition import read_partition
 from pyspark_atlasbus.stream_reader import AtlasbusStreamReader

@@ -1,6 +1,6 @@
 """The compiled parser of flat JSON maps against orjson's path, value by value.
 
-``tracing`` and ``metadata`` of a column page go through ``atlasbus.flat_json_maps`` when all
+``tracing`` and ``metadata`` of a column page go through ``atlasbus.decoding.kernels.flat_json_maps`` when all
 are flat objects of strings, else through orjson. Both must give every entry the same map (or
 the same error): pages of plain flat objects must take the compiled path and give the maps
 written; pages with one value spoiled in any way must decode as the hiredis entry lists do.
@@ -15,8 +15,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import decode_envelope_page
-from atlasbus.flat_json_maps import flat_string_maps
+from atlasbus.decoding.decoder import decode_envelope_page
+from atlasbus.decoding.kernels.flat_json_maps import flat_string_maps
 from helpers import column_page_of
 
 FUZZ = settings(max_examples=300, deadline=None)

@@ -6,8 +6,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import _MAX_ID_MS, _timestamps_of
-from atlasbus.id_times import id_microseconds
+from atlasbus.decoding.decoder import _MAX_ID_MS, _timestamps_of
+from atlasbus.decoding.kernels.id_times import id_microseconds
 
 EDGE_MS = [0, 1, 1_700_000_000_000, _MAX_ID_MS, _MAX_ID_MS + 1, 10**15, 2**64 - 1]
 

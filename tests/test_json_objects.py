@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import decode_envelopes
-from atlasbus.json_object_column import json_object_texts
-from atlasbus.json_objects import all_json_objects
+from atlasbus.decoding.decoder import decode_envelopes
+from atlasbus.decoding.kernels.json_objects import json_object_texts
+from atlasbus.wire.json_object_check import all_json_objects
 
 BOM = b"\xef\xbb\xbf"
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import (
+from atlasbus.decoding.decoder import (
     _END_MICROS,
     _MAX_ID_MS,
     _MIN_MICROS,
@@ -123,13 +123,13 @@ def columns(draw: st.DrawFn, values: st.SearchStrategy[bytes] = VALUES) -> tuple
 def check_column(values: list[bytes], skip: int = 0) -> None:
     """Every column wrapper over ``values`` laid against the guard page, each held to what
     its general path (or Python) makes of the same values."""
-    from atlasbus.ascii_text import text_column
-    from atlasbus.flat_json_maps import flat_string_maps
-    from atlasbus.id_times import id_microseconds
-    from atlasbus.json_object_column import json_object_texts
-    from atlasbus.plain_numbers import plain_int32, plain_micros
-    from atlasbus.raw_field_column import _raw_texts
-    from atlasbus.raw_fields import raw_text
+    from atlasbus.decoding.kernels.ascii_text import text_column
+    from atlasbus.decoding.kernels.flat_json_maps import flat_string_maps
+    from atlasbus.decoding.kernels.id_times import id_microseconds
+    from atlasbus.decoding.kernels.json_objects import json_object_texts
+    from atlasbus.decoding.kernels.plain_numbers import plain_int32, plain_micros
+    from atlasbus.decoding.kernels.raw_field_maps import _raw_texts
+    from atlasbus.wire.raw_text import raw_text
 
     column = guarded_column(values, skip)
     values = values[skip:]
@@ -190,7 +190,7 @@ DECODED_COLUMNS = (
 
 
 def _id_micros(values: list[bytes], last_ms: int) -> list[int | None] | None:
-    """What Arrow's split and cast of the IDs give (``atlasbus.decode._timestamps_of``)."""
+    """What Arrow's split and cast of the IDs give (``atlasbus.decoding.decoder._timestamps_of``)."""
     micros: list[int | None] = []
     for value in values:
         found = re.match(rb"([0-9]+)-", value)
@@ -245,9 +245,9 @@ def pages(draw: st.DrawFn) -> list[Any]:
 
 
 def guarded_pages(entries: list[Any]) -> Iterator[Any]:
-    """The page cut as ``atlasbus.xrange_reply`` would (when its entries share a layout), as
-    ``atlasbus.xrange_pairs`` would, and as both joined, every column against a guard page."""
-    from atlasbus.column_page import ColumnPage, MixedPage, PairPage
+    """The page cut as ``atlasbus.decoding.kernels.cut_one_layout`` would (when its entries share a layout), as
+    ``atlasbus.decoding.kernels.cut_any_layout`` would, and as both joined, every column against a guard page."""
+    from atlasbus.decoding.cut_pages import ColumnPage, MixedPage, PairPage
 
     def pair_page(part: list[Any]) -> PairPage:
         counts = [len(fields) // 2 for _, fields in part]
@@ -276,8 +276,8 @@ def guarded_pages(entries: list[Any]) -> Iterator[Any]:
 def check_page(entries: list[Any]) -> None:
     """Each guarded cut of the page decodes, with its raw fields, to the rows its entries
     decode to as lists; its fields picked by name are each entry's last of that name."""
-    from atlasbus.decode import decode_envelope_page, decode_raw
-    from atlasbus.page_columns import wanted_columns
+    from atlasbus.decoding.decoder import decode_envelope_page, decode_raw
+    from atlasbus.decoding.wanted_fields import wanted_columns
 
     def decoded(page: Any) -> Any:
         found = decode_envelope_page(page, topic="t", stream="s:t", include_raw_fields=True)
@@ -337,7 +337,7 @@ def sweep_lengths() -> None:
 def read_past_the_data() -> None:
     """A compiled helper told its value ends 4 bytes past the data reads on, into the guard
     page: what every kernel's entry check prevents."""
-    from atlasbus.json_scan import _code_unit
+    from atlasbus.decoding.kernels.json_lexer import _code_unit
 
     data = guarded_bytes(b'{"k":"\\u')
     print("read to the end:", _code_unit(data.ctypes.data, len(data) - 2, len(data)), flush=True)
@@ -390,12 +390,12 @@ def broken_column(offsets: list[int], kind: pa.DataType | None = None) -> pa.Arr
 @pytest.mark.parametrize("offsets", [[0, 10, 9], [9, 0, 12], [0, 12, 3, 12]])
 def test_a_column_whose_offsets_run_backwards_is_refused_unread(offsets: list[int]) -> None:
     """Raised before any byte is read (a read past the data would kill the tests' process)."""
-    from atlasbus.column_page import ColumnPage
-    from atlasbus.flat_json_maps import flat_string_maps
-    from atlasbus.id_times import id_microseconds
-    from atlasbus.json_object_column import json_object_texts
-    from atlasbus.page_columns import raw_maps
-    from atlasbus.plain_numbers import plain_int32, plain_micros
+    from atlasbus.decoding.cut_pages import ColumnPage
+    from atlasbus.decoding.kernels.flat_json_maps import flat_string_maps
+    from atlasbus.decoding.kernels.id_times import id_microseconds
+    from atlasbus.decoding.kernels.json_objects import json_object_texts
+    from atlasbus.decoding.kernels.plain_numbers import plain_int32, plain_micros
+    from atlasbus.decoding.wanted_fields import raw_maps
 
     column = broken_column(offsets)
     ids = guarded_column([b"%d-0" % row for row in range(len(column))])
@@ -422,7 +422,7 @@ def test_a_kernel_given_offsets_outside_its_data_says_so_unread(offsets: list[in
         plain_numbers,
         raw_field_column,
     )
-    from atlasbus.ascii_text import all_ascii
+    from atlasbus.decoding.kernels.ascii_text import all_ascii
 
     data, at = BROKEN_DATA, np.array(offsets, np.int32)
     rows = len(offsets) - 1
@@ -449,8 +449,8 @@ def test_a_kernel_given_offsets_outside_its_data_says_so_unread(offsets: list[in
 
 @pytest.mark.parametrize("part", ["names", "field_offsets", "values"])
 def test_a_pair_page_built_wrong_is_refused_unread(part: str) -> None:
-    from atlasbus.column_page import PairPage
-    from atlasbus.page_columns import wanted_columns
+    from atlasbus.decoding.cut_pages import PairPage
+    from atlasbus.decoding.wanted_fields import wanted_columns
 
     parts = {
         "ids": guarded_column([b"1-0", b"2-0"]),

@@ -1,4 +1,4 @@
-"""Entries behind latest, from the offsets in a query's progress (``atlasbus.lag``)."""
+"""Entries behind latest, from the offsets in a query's progress (``atlasbus.operations.lag``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import redis
 from tests.helpers import publish, redis_major, stream_reader
 
-from atlasbus.lag import entries_behind
+from atlasbus.operations.lag import entries_behind
 from pyspark_atlasbus.lag import LagListener
 
 

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from atlasbus.dead_letters import DeadLetterTable
-from atlasbus.entry_id import EntryId
+from atlasbus.model.entry_id import EntryId
 from helpers import BatchCollector, envelope, publish, redis_major, stream_reader
 
 

@@ -14,23 +14,23 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus import planning
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.dead_letters import DeadLetterTable
-from atlasbus.entry_id import ZERO, EntryId
 from atlasbus.errors import ConfigurationError, DataLossError
-from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import (
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.model.stream_plan import LostEntries, StreamPlan
+from atlasbus.options.source import SourceOptions, parse_source_options
+from atlasbus.planning import batch_plan as planning
+from atlasbus.planning.batch_plan import (
     ReadRange,
     mark_batch,
     plan_ranges,
     report_recorded_losses,
     split_range,
 )
-from atlasbus.positions import batch_end
-from atlasbus.reader import read_range
-from atlasbus.source_options import SourceOptions, parse_source_options
-from atlasbus.stream_plan import LostEntries, StreamPlan
-from atlasbus.streams import StreamCatalog
+from atlasbus.planning.positions import batch_end
+from atlasbus.reading.range_reader import read_range
 from helpers import publish, redis_major
 
 

@@ -19,15 +19,20 @@ from pathlib import Path
 import pytest
 import redis
 
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.dead_letters import DeadLetterTable
-from atlasbus.entry_id import EntryId
 from atlasbus.errors import DataLossError
-from atlasbus.offsets import StreamOffsets
-from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses, with_baselines
-from atlasbus.positions import batch_end, starting_offsets
-from atlasbus.reader import read_range
-from atlasbus.source_options import SourceOptions, parse_source_options
-from atlasbus.streams import StreamCatalog
+from atlasbus.model.entry_id import EntryId
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.options.source import SourceOptions, parse_source_options
+from atlasbus.planning.batch_plan import (
+    mark_batch,
+    plan_ranges,
+    report_recorded_losses,
+    with_baselines,
+)
+from atlasbus.planning.positions import batch_end, starting_offsets
+from atlasbus.reading.range_reader import read_range
 from helpers import publish, redis_major
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.raw_fields import raw_entry
+from atlasbus.wire.raw_text import raw_entry
 from cases import GOOD, MALFORMED, as_bytes, raw_map
 from helpers import envelope
 
@@ -118,7 +118,7 @@ def test_raw_format_reads_any_stream(spark: Any, r: redis.Redis, redis_url: str)
 
 @pytest.mark.parametrize("mixed_order", [False, True])
 def test_core_decoder_handles_mixed_field_orders(mixed_order: bool) -> None:
-    from atlasbus.decode import decode_envelopes
+    from atlasbus.decoding.decoder import decode_envelopes
 
     a = [b"payload", b'{"x": 1}', b"priority", b"1"]
     b = (
@@ -173,7 +173,7 @@ def test_enqueued_time_outside_years_1_to_9999_is_an_error_row_not_a_failed_quer
     assert rows[first_id]["enqueued_time"] == datetime.fromtimestamp(-62135424000)
 
     # The reason codes, as the dead-letter table records them.
-    from atlasbus.decode import decode_envelope_page
+    from atlasbus.decoding.decoder import decode_envelope_page
 
     page = decode_envelope_page(
         raw_xrange(r, stream), topic="t", stream=stream, include_raw_fields=False

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from atlasbus import option_keys as keys
 from atlasbus.errors import ConfigurationError
-from atlasbus.option_reader import OptionReader, parse_shared_options
-from atlasbus.sink_options import parse_sink_options
-from atlasbus.source_options import parse_source_options
+from atlasbus.options import keys
+from atlasbus.options.reader import OptionReader, parse_shared_options
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.options.source import parse_source_options
 
 
 def test_positive_int_returns_the_default_when_absent_and_the_value_when_given() -> None:

@@ -16,12 +16,12 @@ from tests.helpers import (
     stream_reader,
 )
 
-from atlasbus.entry_id import EntryId
-from atlasbus.offsets import StreamOffsets
-from atlasbus.pacing import TriggerPacer, new_entries_at_least
-from atlasbus.positions import batch_end
-from atlasbus.source_options import TriggerPacing, parse_source_options
-from atlasbus.streams import StreamCatalog
+from atlasbus.bus.stream_catalog import StreamCatalog
+from atlasbus.model.entry_id import EntryId
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.options.source import TriggerPacing, parse_source_options
+from atlasbus.planning.pacing import TriggerPacer, new_entries_at_least
+from atlasbus.planning.positions import batch_end
 
 
 class FakeClock:
@@ -69,7 +69,7 @@ def test_new_entries_are_counted_only_as_far_as_needed(redis_url: str, r: redis.
     assert new_entries_at_least(catalog, middle, end.positions, end.infos, {}, 7) == 7
     if redis_major(r) >= 7:
         # With entries-added recorded at the start (the previous batch's end): no walk.
-        from atlasbus.planning import mark_batch
+        from atlasbus.planning.batch_plan import mark_batch
 
         marked = mark_batch(catalog, options, start, {stream: EntryId(50, 0)})
         for ms in range(51, 61):

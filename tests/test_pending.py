@@ -17,14 +17,14 @@ import pytest
 import redis
 
 from atlasbus.errors import ConfigurationError
-from atlasbus.pending import (
+from atlasbus.model.read_schema import pending_schema, spark_ddl
+from atlasbus.operations.pending import (
     ENTRY_DELETED,
     PendingRead,
     plan_pending,
     read_pending,
 )
-from atlasbus.schema import pending_schema, spark_ddl
-from atlasbus.source_options import SourceOptions, parse_source_options
+from atlasbus.options.source import SourceOptions, parse_source_options
 from helpers import envelope
 
 GROUP = "workers"

@@ -1,7 +1,7 @@
 """The compiled reading of a column page's numbers gives what Arrow's kernels give, edge to edge.
 
 A column page's ``priority``, ``delivery_attempts`` and ``enqueued_time`` are read by
-``atlasbus.plain_numbers`` when every value is plainly spelled; the same values as a list go
+``atlasbus.decoding.kernels.plain_numbers`` when every value is plainly spelled; the same values as a list go
 through Arrow's casts. Both must give the same column and the same errors, and the compiled
 reading must take every plain value and leave everything else to the general path.
 """
@@ -14,8 +14,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atlasbus.decode import _END_MICROS, _MIN_MICROS, _Errors, _int_column, _time_column
-from atlasbus.plain_numbers import plain_int32, plain_micros
+from atlasbus.decoding.decoder import _END_MICROS, _MIN_MICROS, _Errors, _int_column, _time_column
+from atlasbus.decoding.kernels.plain_numbers import plain_int32, plain_micros
 
 INT32_MAX = 2**31 - 1
 NOT_PLAIN_INTEGERS = [b"", b"-1", b"+1", b" 1", b"1 ", b"0x10", b"1.0", b"1e3", "\u0661".encode()]

@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from atlasbus.entry_id import EntryId
-from atlasbus.planning import split_range
+from atlasbus.model.entry_id import EntryId
+from atlasbus.planning.batch_plan import split_range
 
 
 @st.composite

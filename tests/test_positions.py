@@ -1,4 +1,4 @@
-"""Where a query starts and how far each micro-batch goes (atlasbus.positions), on a real Redis.
+"""Where a query starts and how far each micro-batch goes (atlasbus.planning.positions), on a real Redis.
 
 Entries are added with explicit IDs, so every expected position is written out.
 """
@@ -11,21 +11,21 @@ import logging
 import pytest
 import redis
 
-from atlasbus.entry_id import EntryId
+from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.errors import ConfigurationError
-from atlasbus.positions import (
-    batch_end,
-    ending_offsets,
-    latest_offsets,
-    starting_offsets,
-)
-from atlasbus.source_options import (
+from atlasbus.model.entry_id import EntryId
+from atlasbus.options.source import (
     SourceOptions,
     parse_source_options,
     require_batch_compatible,
     require_streaming_compatible,
 )
-from atlasbus.streams import StreamCatalog
+from atlasbus.planning.positions import (
+    batch_end,
+    ending_offsets,
+    latest_offsets,
+    starting_offsets,
+)
 
 
 def options(redis_url: str, prefix: str, **extra: str) -> SourceOptions:

@@ -1,4 +1,4 @@
-"""The publisher's core (atlasbus.publisher) on a real Redis, without Spark.
+"""The publisher's core (atlasbus.publishing.publisher) on a real Redis, without Spark.
 
 tests/test_sink.py covers retries that skip what an earlier attempt published, inputs that lost
 rows, concurrent attempts, at-least-once, and transactions cut by size; this file covers the
@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from atlasbus.errors import PublishError
-from atlasbus.publisher import (
+from atlasbus.options.sink import SinkOptions, parse_sink_options
+from atlasbus.publishing.publisher import (
     ANCHOR_ROWS,
     CHUNK_ROWS,
     MARKER_TTL_SECONDS,
@@ -26,7 +27,6 @@ from atlasbus.publisher import (
     retire_streaming_markers,
 )
 from atlasbus.sandbox.redis_server import RedisServer
-from atlasbus.sink_options import SinkOptions, parse_sink_options
 
 
 def sink(redis_url: str, prefix: str, **extra: str) -> SinkOptions:
@@ -214,9 +214,11 @@ def test_a_failed_attempt_closes_its_connection_and_the_next_user_gets_clean_rep
     assert (retry.skipped, retry.published) == (10, 2)
 
 
-def test_a_sink_with_a_dead_letter_table_needs_a_write_id(redis_url: str, prefix: str) -> None:
+def test_a_sink_with_a_dead_letter_table_needs_somewhere_to_record_rejects(
+    redis_url: str, prefix: str
+) -> None:
     options = sink(redis_url, prefix, deadLetterTable="/tmp/unused-dlq")
-    with pytest.raises(ValueError, match="needs a dead_letter_write_id"):
+    with pytest.raises(ValueError, match="needs somewhere to record rejects"):
         Publisher(options, marker=None)
 
 

@@ -14,11 +14,11 @@ from collections.abc import Generator
 import pytest
 import redis
 
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.planning import ReadRange
-from atlasbus.read_ahead import read_ahead
-from atlasbus.reader import TARGET_BATCH_ROWS, read_range
-from atlasbus.source_options import parse_source_options
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.options.source import parse_source_options
+from atlasbus.planning.batch_plan import ReadRange
+from atlasbus.reading.range_reader import TARGET_BATCH_ROWS, read_range
+from atlasbus.reading.read_ahead import read_ahead
 from helpers import envelope, publish
 
 

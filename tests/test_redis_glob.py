@@ -7,9 +7,9 @@ import random
 import pytest
 import redis
 
-from atlasbus.redis_glob import glob_matches
-from atlasbus.source_options import parse_source_options
-from atlasbus.streams import StreamCatalog
+from atlasbus.bus.redis_glob import glob_matches
+from atlasbus.bus.stream_catalog import StreamCatalog
+from atlasbus.options.source import parse_source_options
 
 PREFIX = "globbed"
 TOPICS = ["orders-1", "orders-2", "ordersX", "o*x", "o?x", "a]b", "a-b", "a\\b", "[x]", "^up", "é"]

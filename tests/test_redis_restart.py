@@ -55,11 +55,11 @@ def test_a_killed_server_comes_back_on_its_port_with_what_it_acknowledged(
 def test_a_read_task_whose_redis_went_away_fails_with_a_clear_error(
     durable_redis: RedisServer,
 ) -> None:
-    from atlasbus.entry_id import EntryId
     from atlasbus.errors import RedisUnavailableError
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.model.entry_id import EntryId
+    from atlasbus.options.source import parse_source_options
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
 
     client = redis.Redis.from_url(durable_redis.url)
     last = client.xadd("atlas_bus:t", envelope("t", 0)).decode()

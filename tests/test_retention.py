@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.connection import RedisEndpoint
-from atlasbus.data_loss import lost_before_planning
-from atlasbus.entry_id import EntryId
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.stream_catalog import StreamCatalog
+from atlasbus.cli.trim import write_report
 from atlasbus.errors import ConfigurationError, RedisPermissionError
-from atlasbus.retention import QUERY, Holder, TrimResult, trim_consumed
+from atlasbus.model.entry_id import EntryId
+from atlasbus.operations.retention import QUERY, Holder, TrimResult, trim_consumed
+from atlasbus.planning.data_loss import lost_before_planning
 from atlasbus.sandbox.redis_server import find_redis_server, free_port
-from atlasbus.streams import StreamCatalog
-from atlasbus.trim_cli import write_report
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from atlasbus import cli
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.errors import ConfigurationError, RedisPermissionError
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, publish, run_available_now, stream_reader

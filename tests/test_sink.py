@@ -14,8 +14,8 @@ import redis
 from chispa import assert_df_equality
 
 from atlasbus.errors import PublishError
-from atlasbus.publisher import Publisher, marker_key
-from atlasbus.sink_options import parse_sink_options
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.publishing.publisher import Publisher, marker_key
 from helpers import publish, redis_major
 
 pytestmark = pytest.mark.spark

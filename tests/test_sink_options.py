@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from atlasbus import option_keys as keys
 from atlasbus.errors import ConfigurationError
-from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RULE, parse_sink_options
+from atlasbus.options import keys
+from atlasbus.options.sink import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RULE, parse_sink_options
 
 URL = "redis://127.0.0.1:1/0"
 URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"

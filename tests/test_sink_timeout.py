@@ -205,7 +205,7 @@ def test_the_tls_handshake_is_bounded_by_socket_timeout_not_the_connect_timeout(
     ``socket_connect_timeout``, then the TLS handshake within ``socket_timeout`` (redis-py sets
     the read timeout on the socket before it wraps it in TLS). The listener accepts and never
     answers the client's hello."""
-    from atlasbus.connection import RedisEndpoint
+    from atlasbus.bus.connection import RedisEndpoint
     from atlasbus.errors import RedisUnavailableError
 
     listener = socket.create_server(("127.0.0.1", 0))
@@ -230,8 +230,8 @@ def test_a_failed_writes_marker_clean_up_takes_about_a_second_whatever_the_serve
     it deletes the markers; on one that accepts and never answers it gives up after
     ``DISCARD_MARKERS_WITHIN_S``, not the URL's 30 s; on a closed port at once (a refused
     connection is not retried); either way it says what it left."""
-    from atlasbus.connection import RedisEndpoint
-    from atlasbus.publisher import DISCARD_MARKERS_WITHIN_S, discard_markers
+    from atlasbus.bus.connection import RedisEndpoint
+    from atlasbus.publishing.publisher import DISCARD_MARKERS_WITHIN_S, discard_markers
 
     keys = [f"{prefix}:__atlasbus_sink__:wtest:{n}" for n in range(3)]
     for key in keys:

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from atlasbus.dead_letters import SINK_PUBLISH, DeadLetterTable
-from atlasbus.encode import encode_batch
 from atlasbus.errors import ConfigurationError, PublishError
-from atlasbus.publisher import Publisher
-from atlasbus.reasons import EMPTY_TOPIC, INVALID_TOPIC
-from atlasbus.sink_options import TOPIC_RULE, parse_sink_options, topic_problem
-from atlasbus.source_options import parse_source_options
+from atlasbus.model.reason_codes import EMPTY_TOPIC, INVALID_TOPIC
+from atlasbus.options.sink import TOPIC_RULE, parse_sink_options, topic_problem
+from atlasbus.options.source import parse_source_options
+from atlasbus.publishing.encoder import encode_batch
+from atlasbus.publishing.publisher import Publisher
 from helpers import BatchCollector, publish, stream_reader
 
 URL = "redis://127.0.0.1:1/0"

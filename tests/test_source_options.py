@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from atlasbus.entry_id import EntryId
 from atlasbus.errors import ConfigurationError
-from atlasbus.source_options import SweepPolicy, TriggerPacing, parse_source_options
+from atlasbus.model.entry_id import EntryId
+from atlasbus.options.source import SweepPolicy, TriggerPacing, parse_source_options
 
 BAD_OPTIONS = [
     ({}, "exactly one of options 'topics', 'topicPattern', 'streams' must be set (got none)"),

@@ -24,12 +24,12 @@ import pytest
 import redis
 
 from atlasbus import cli
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.cli.status_report import render_json, render_prometheus, render_table, to_dict
 from atlasbus.dead_letters import DeadLetter, DeadLetterTable
-from atlasbus.entry_id import EntryId
 from atlasbus.errors import RedisPermissionError
-from atlasbus.sandbox.redis_server import free_port
-from atlasbus.status import (
+from atlasbus.model.entry_id import EntryId
+from atlasbus.operations.bus_status import (
     BusStatus,
     DeadLetterCount,
     DeadLetterStatus,
@@ -37,7 +37,7 @@ from atlasbus.status import (
     StreamStatus,
     bus_status,
 )
-from atlasbus.status_report import render_json, render_prometheus, render_table, to_dict
+from atlasbus.sandbox.redis_server import free_port
 from helpers import redis_major
 
 P = "stfx"  # this file's own prefix (the glob test uses another)

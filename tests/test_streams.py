@@ -1,4 +1,4 @@
-"""The driver's questions to Redis (atlasbus.streams), asked of a real server."""
+"""The driver's questions to Redis (atlasbus.bus.stream_catalog), asked of a real server."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import pytest
 import redis
 
-from atlasbus import streams as streams_module
-from atlasbus.connection import RedisEndpoint
-from atlasbus.entry_id import ZERO, EntryId
-from atlasbus.source_options import Subscription
-from atlasbus.streams import Advance, StreamCatalog, StreamInfo, Walk, last_position
+from atlasbus.bus import stream_catalog as streams_module
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.stream_catalog import Advance, StreamCatalog, StreamInfo, Walk, last_position
+from atlasbus.model.entry_id import ZERO, EntryId
+from atlasbus.options.source import Subscription
 from helpers import redis_major
 
 

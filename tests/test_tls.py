@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.connection import forget_clients
+from atlasbus.bus.connection import forget_clients
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.sandbox.redis_server import RedisServer, find_redis_server, tls_unsupported_reason
 from conftest import in_ci

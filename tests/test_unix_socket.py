@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from atlasbus import cli
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import BatchCollector, payload_numbers, publish, run_available_now, stream_reader
 

@@ -20,11 +20,11 @@ import pytest
 import redis
 
 from atlasbus import cli
-from atlasbus.connection import RedisEndpoint, forget_clients, translate_errors
+from atlasbus.bus.connection import RedisEndpoint, forget_clients, translate_errors
 from atlasbus.errors import ConfigurationError, RedisUnavailableError
+from atlasbus.options.sink import parse_sink_options
+from atlasbus.options.source import parse_source_options
 from atlasbus.sandbox.redis_server import RedisServer
-from atlasbus.sink_options import parse_sink_options
-from atlasbus.source_options import parse_source_options
 
 PASSWORD = "q-S3cr3t-locked-pw"
 READER_PW = "q-reader-pw-5k"

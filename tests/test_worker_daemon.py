@@ -47,12 +47,12 @@ AFTER_PRELOAD = textwrap.dedent(
     modules, signatures = loaded()
 
     import pyarrow as pa
-    from atlasbus.encode import encode_batch
-    from atlasbus.entry_id import EntryId
-    from atlasbus.planning import ReadRange
-    from atlasbus.reader import read_range
-    from atlasbus.sink_options import parse_sink_options
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.publishing.encoder import encode_batch
+    from atlasbus.model.entry_id import EntryId
+    from atlasbus.planning.batch_plan import ReadRange
+    from atlasbus.reading.range_reader import read_range
+    from atlasbus.options.sink import parse_sink_options
+    from atlasbus.options.source import parse_source_options
 
     url, stream, topic = sys.argv[1:4]
     options = parse_source_options({"url": url, "streamPrefix": stream.split(":")[0], "topics": topic})
@@ -115,20 +115,20 @@ def test_after_the_preload_a_read_and_a_write_load_nothing_more(
     # walk into names and values, its gather and the fields picked from it by name. Compiled
     # from scratch (numba's cache cold) their helpers show as compiled too: a subset, then.
     assert set(report["compiled"]) >= {
-        "atlasbus.ascii_text._all_ascii",
-        "atlasbus.flat_json_maps._flat_maps",
-        "atlasbus.id_times._id_micros",
-        "atlasbus.json_object_column._all_objects",
-        "atlasbus.pair_fields._last_places",
-        "atlasbus.plain_numbers._read_int32",
-        "atlasbus.plain_numbers._read_micros",
-        "atlasbus.raw_field_column._has_escape_text",
-        "atlasbus.raw_field_column._interleave",
-        "atlasbus.xrange_pairs._gather_spans",
-        "atlasbus.xrange_pairs._walk_pairs",
-        "atlasbus.xrange_reply._gather",
-        "atlasbus.xrange_reply._number",
-        "atlasbus.xrange_reply._walk",
+        "atlasbus.decoding.kernels.ascii_text._all_ascii",
+        "atlasbus.decoding.kernels.flat_json_maps._flat_maps",
+        "atlasbus.decoding.kernels.id_times._id_micros",
+        "atlasbus.decoding.kernels.json_objects._all_objects",
+        "atlasbus.decoding.kernels.pick_fields._last_places",
+        "atlasbus.decoding.kernels.plain_numbers._read_int32",
+        "atlasbus.decoding.kernels.plain_numbers._read_micros",
+        "atlasbus.decoding.kernels.raw_field_maps._has_escape_text",
+        "atlasbus.decoding.kernels.raw_field_maps._interleave",
+        "atlasbus.decoding.kernels.cut_any_layout._gather_spans",
+        "atlasbus.decoding.kernels.cut_any_layout._walk_pairs",
+        "atlasbus.decoding.kernels.cut_one_layout._gather",
+        "atlasbus.decoding.kernels.cut_one_layout._number",
+        "atlasbus.decoding.kernels.cut_one_layout._walk",
     }
     assert report["new_modules"] == []
     assert report["new_signatures"] == []

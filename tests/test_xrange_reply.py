@@ -1,5 +1,5 @@
 """XRANGE replies cut into columns straight from the socket's bytes: a column per field
-(atlasbus.xrange_reply), or columns of names and values (atlasbus.xrange_pairs).
+(atlasbus.decoding.kernels.cut_one_layout), or columns of names and values (atlasbus.decoding.kernels.cut_any_layout).
 
 Every reply comes from a real redis-server. What the cutter gives must be, entry for entry and
 byte for byte, what hiredis gives for the same bytes: whatever the values hold (CRLF, RESP
@@ -21,11 +21,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from atlasbus.column_page import ColumnPage, MixedPage, PairPage
-from atlasbus.connection import RedisEndpoint, raw_connection
-from atlasbus.xrange_pages import XrangePages
-from atlasbus.xrange_pairs import PairWalk, cut_pairs, walk_pairs
-from atlasbus.xrange_reply import (
+from atlasbus.bus.connection import RedisEndpoint, raw_connection
+from atlasbus.decoding.cut_pages import ColumnPage, MixedPage, PairPage
+from atlasbus.decoding.kernels.cut_any_layout import PairWalk, cut_pairs, walk_pairs
+from atlasbus.decoding.kernels.cut_one_layout import (
     COMPLETE,
     LAYOUT_CHANGES,
     MORE,
@@ -34,6 +33,7 @@ from atlasbus.xrange_reply import (
     cut_reply,
     walk_reply,
 )
+from atlasbus.reading.reply_receiver import XrangePages
 
 # Values that look like RESP framing, or are not text at all.
 HOSTILE = [
@@ -276,7 +276,7 @@ def test_what_is_not_an_array_of_entries_is_refused(redis_url: str) -> None:
 
 @pytest.fixture(scope="module")
 def endpoint(redis_url: str) -> RedisEndpoint:
-    from atlasbus.source_options import parse_source_options
+    from atlasbus.options.source import parse_source_options
 
     return parse_source_options({"url": redis_url, "topics": "t"}).endpoint
 
@@ -502,7 +502,7 @@ def test_any_entries_read_as_hiredis_reads_them(
         client.close()
 
 
-# --- any layouts: names and values (atlasbus.xrange_pairs, for format=raw) --------------------
+# --- any layouts: names and values (atlasbus.decoding.kernels.cut_any_layout, for format=raw) --------------------
 
 
 def publish_any_layouts(r: redis.Redis, stream: str, count: int) -> None:

@@ -1,10 +1,11 @@
 """atlasbus: the Spark-free core of the ATLAS bus connector for Redis Streams.
 
-Redis Streams access, entry-ID and offset arithmetic, the envelope codec, option parsing and
-planning live here; ``pyspark_atlasbus`` is the thin Spark adapter over them.
+Redis Streams access, entry-ID and offset arithmetic, the envelope codec, option parsing,
+planning, reading and publishing live here, a package per concern (docs/architecture.md);
+``pyspark_atlasbus`` is the Spark adapter over them.
 """
 
-from atlasbus.entry_id import EntryId
+from atlasbus import former_names
 from atlasbus.errors import (
     AtlasbusError,
     ConfigurationError,
@@ -13,9 +14,11 @@ from atlasbus.errors import (
     PublishError,
     RedisUnavailableError,
 )
-from atlasbus.offsets import StreamOffsets
+from atlasbus.model.entry_id import EntryId
+from atlasbus.model.offsets import StreamOffsets
+from atlasbus.version import __version__
 
-__version__ = "0.1.0"
+former_names.install()
 
 __all__ = [
     "AtlasbusError",

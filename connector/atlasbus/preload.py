@@ -22,19 +22,19 @@ import importlib
 
 # What a task imports besides what decoding and encoding below import (redis-py's import
 # alone is 0.15-0.25 s).
-_EXECUTOR_MODULES = ("redis", "atlasbus.reader", "atlasbus.publisher")
+_EXECUTOR_MODULES = ("redis", "atlasbus.reading.range_reader", "atlasbus.publishing.publisher")
 
 
 def load_executor_code() -> None:
     """Import the executors' modules and load every compiled loop's machine code."""
     for module in _EXECUTOR_MODULES:
         importlib.import_module(module)
-    from atlasbus.compiled_kernels import compiled_kernels_usable
-    from atlasbus.decode import decode_envelope_page, decode_raw
-    from atlasbus.kernel_warmup import SAMPLE_STREAM, SAMPLE_TOPIC, sample_entries
+    from atlasbus.decoding.decoder import decode_envelope_page, decode_raw
+    from atlasbus.decoding.kernels.selection import compiled_kernels_usable
+    from atlasbus.decoding.kernels.warmup import SAMPLE_STREAM, SAMPLE_TOPIC, sample_entries
 
     if compiled_kernels_usable():  # ran the sample through every kernel
-        importlib.import_module("atlasbus.xrange_pages")
+        importlib.import_module("atlasbus.reading.reply_receiver")
     entries = sample_entries()  # and as hiredis's lists: the pure path, and any odd reply
     decode_envelope_page(
         entries, topic=SAMPLE_TOPIC, stream=SAMPLE_STREAM, include_raw_fields=False
@@ -46,8 +46,8 @@ def load_executor_code() -> None:
 def _encode_two_rows() -> None:
     import pyarrow as pa
 
-    from atlasbus.encode import encode_batch
-    from atlasbus.sink_options import parse_sink_options
+    from atlasbus.options.sink import parse_sink_options
+    from atlasbus.publishing.encoder import encode_batch
 
     rows = pa.RecordBatch.from_pydict(
         {

@@ -7,10 +7,15 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from atlasbus.planning import mark_batch, plan_ranges, report_recorded_losses, with_baselines
-from atlasbus.positions import ending_offsets, starting_offsets
-from atlasbus.source_options import SourceOptions
-from atlasbus.streams import StreamCatalog
+from atlasbus.bus.stream_catalog import StreamCatalog
+from atlasbus.options.source import SourceOptions
+from atlasbus.planning.batch_plan import (
+    mark_batch,
+    plan_ranges,
+    report_recorded_losses,
+    with_baselines,
+)
+from atlasbus.planning.positions import ending_offsets, starting_offsets
 from pyspark_atlasbus.partition import RangePartition, read_partition
 from pyspark_atlasbus.user_errors import user_facing
 

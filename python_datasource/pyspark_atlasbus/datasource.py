@@ -70,10 +70,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from atlasbus.errors import ConfigurationError
-from atlasbus.schema import pending_schema, schema_for, spark_ddl
-from atlasbus.sink_columns import ACCEPTED_TYPES
-from atlasbus.sink_options import SinkOptions, check_input_schema, parse_sink_options
-from atlasbus.source_options import (
+from atlasbus.model.read_schema import pending_schema, schema_for, spark_ddl
+from atlasbus.options.sink import SinkOptions, check_input_schema, parse_sink_options
+from atlasbus.options.sink_columns import ACCEPTED_TYPES
+from atlasbus.options.source import (
     SourceOptions,
     parse_source_options,
     require_batch_compatible,

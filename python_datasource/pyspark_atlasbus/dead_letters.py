@@ -33,7 +33,7 @@ from atlasbus.dead_letters import (
     DeadLetterTableError,
     QueryContext,
 )
-from atlasbus.values import int32_or_none, text_or_none
+from atlasbus.model.conversions import int32_or_none, text_or_none
 from pyspark_atlasbus.query_context import query_context_from
 
 log = logging.getLogger("atlasbus.dead_letters")

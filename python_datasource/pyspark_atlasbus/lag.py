@@ -2,8 +2,8 @@
 
 Spark gives a Python source no custom metrics (no ``ReportsSourceMetrics``), so Kafka's
 ``avgOffsetsBehindLatest`` has no direct twin. Every progress report does carry the source's
-``endOffset`` and ``latestOffset``, and on Redis 7 atlasbus puts each stream's entry count in
-both; this listener turns them into entries behind latest (``atlasbus.lag.entries_behind``),
+``endOffset`` and ``latestOffset``, and on Redis 7 atlasbus puts each stream's entry count in both;
+this listener turns them into entries behind latest (``atlasbus.operations.lag.entries_behind``),
 logs them and hands them to a callback (a metrics exporter, an alert). Register it with
 ``spark.streams.addListener(LagListener())``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from atlasbus.lag import entries_behind
+from atlasbus.operations.lag import entries_behind
 
 log = logging.getLogger("atlasbus.lag")
 

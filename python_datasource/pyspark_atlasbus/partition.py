@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from atlasbus.planning import ReadRange
-from atlasbus.source_options import SourceOptions
+from atlasbus.options.source import SourceOptions
+from atlasbus.planning.batch_plan import ReadRange
 
 if TYPE_CHECKING:
     from atlasbus.dead_letters import QueryContext
@@ -33,7 +33,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangePartition):
         return iter(())  # Spark's stand-in partition when the plan has none: nothing to read
     # the decoder's modules load here, on executors: the driver's runner never needs them
-    from atlasbus.reader import read_range
+    from atlasbus.reading.range_reader import read_range
 
     return read_range(partition.options, partition.read, context=_context(partition))
 

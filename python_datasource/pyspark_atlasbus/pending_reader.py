@@ -2,7 +2,7 @@
 
 The driver plans one partition per subscribed stream whose group has pending entries (one
 pipelined XPENDING summary); each task pages through its stream's pending entries list on
-the executor (``atlasbus.pending``). A list can hold millions of entries, so it is never
+the executor (``atlasbus.operations.pending``). A list can hold millions of entries, so it is never
 gathered on the driver; the price is that each stream's list is read when its task runs,
 not at planning: an entry acknowledged or delivered in between is absent or present
 accordingly, and a retried task reads the list again as it then is.
@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from atlasbus.pending import PendingRead, plan_pending, read_pending
-from atlasbus.source_options import SourceOptions
+from atlasbus.operations.pending import PendingRead, plan_pending, read_pending
+from atlasbus.options.source import SourceOptions
 from pyspark_atlasbus.user_errors import user_facing
 
 

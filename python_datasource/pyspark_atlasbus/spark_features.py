@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pyspark
 
-from atlasbus import option_keys as keys
 from atlasbus.errors import ConfigurationError
-from atlasbus.source_options import SourceOptions
+from atlasbus.options import keys
+from atlasbus.options.source import SourceOptions
 
 __all__ = [
     "ADMISSION_CONTROL",

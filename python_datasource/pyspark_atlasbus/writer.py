@@ -1,4 +1,4 @@
-"""The batch and streaming sinks: Arrow writers over ``atlasbus.publisher``.
+"""The batch and streaming sinks: Arrow writers over ``atlasbus.publishing.publisher``.
 
 ``write`` runs on executors from a pickled copy of the writer; ``commit``/``abort`` run on the
 driver. Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
@@ -25,13 +25,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from atlasbus.errors import PublishError
-from atlasbus.publisher import (
+from atlasbus.options.sink import SinkOptions
+from atlasbus.publishing.publisher import (
     Publisher,
     discard_markers,
     marker_key,
     retire_streaming_markers,
 )
-from atlasbus.sink_options import SinkOptions
 from pyspark_atlasbus.query_context import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -62,18 +62,20 @@ def _publish(
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     marker = marker_key(options, write_id, partition) if write_id is not None else None
-    dead_letter_write_id = None
-    query_context = None
+    rejects = None
     if options.dead_letter_table is not None and dead_letter_write is not None:
         from atlasbus.dead_letters import sink_write_id
+        from atlasbus.dead_letters.sink import SinkDeadLetters
 
-        dead_letter_write_id = sink_write_id(*dead_letter_write, partition)
-        query_context = task_query_context()
+        rejects = SinkDeadLetters(
+            options.dead_letter_table,
+            sink_write_id(*dead_letter_write, partition),
+            task_query_context(),
+        )
     with Publisher(
         options,
         marker=marker,
-        dead_letter_write_id=dead_letter_write_id,
-        context=query_context,
+        rejects=rejects,
     ) as publisher:
         for batch in iterator:
             publisher.publish(batch)

@@ -33,9 +33,9 @@ from atlasbus.dead_letters.schema import (
     Stage,
     check_stage,
 )
-from atlasbus.raw_fields import original_text
-from atlasbus.reasons import ENTRY_DELETED, MAX_DELIVERIES
-from atlasbus.values import int32_or_none
+from atlasbus.model.conversions import int32_or_none
+from atlasbus.model.reason_codes import ENTRY_DELETED, MAX_DELIVERIES
+from atlasbus.wire.raw_text import original_text
 
 _SEPARATOR = "\x1f"
 

@@ -1,7 +1,7 @@
 """Replay: re-publish chosen dead letters to their topics, exactly once, and record it.
 
 Each chosen dead letter is published as a new entry of ``{streamPrefix}:{topic}`` in the wire
-format, through the sink's own encoder and publisher (encode.py, publisher.py), with
+format, through the sink's own encoder and publisher (``atlasbus.publishing``), with
 ``delivery_attempts`` one more than the dead letter had; ``tracing`` and ``metadata`` come from
 its ``fields`` (the raw entry, or the row's columns as the sink saw them).
 
@@ -40,15 +40,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from atlasbus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
-from atlasbus.encode import Rejection, encode_batch
 from atlasbus.errors import AtlasbusError, PublishError
-from atlasbus.option_keys import DEFAULT_STREAM_PREFIX
 from atlasbus.option_names import named
-from atlasbus.publisher import Publisher
-from atlasbus.raw_fields import original_text
-from atlasbus.sink_options import DEFAULT_MAX_MESSAGE_BYTES, SinkOptions
+from atlasbus.options.keys import DEFAULT_STREAM_PREFIX
+from atlasbus.options.sink import DEFAULT_MAX_MESSAGE_BYTES, SinkOptions
+from atlasbus.publishing.encoder import Rejection, encode_batch
+from atlasbus.publishing.publisher import Publisher
+from atlasbus.wire.raw_text import original_text
 
 CLAIM_PREFIX = "replaying:"
 """``last_replay_entry_id`` of a dead letter claimed by a replay that has not recorded its entry."""

@@ -10,7 +10,7 @@ from typing import Final, Literal, get_args
 
 import pyarrow as pa
 
-from atlasbus.schema import STRING_MAP, TIMESTAMP
+from atlasbus.model.read_schema import STRING_MAP, TIMESTAMP
 
 Stage = Literal["source-decode", "sink-publish", "processing", "retry-exhausted", "data-loss"]
 

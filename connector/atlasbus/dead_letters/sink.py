@@ -13,6 +13,7 @@ publish the dead letter as it was meant to be.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
@@ -20,8 +21,39 @@ import pyarrow.types as pat
 
 from atlasbus.dead_letters.record import DeadLetter, QueryContext
 from atlasbus.dead_letters.schema import SINK_PUBLISH
-from atlasbus.encode import Rejection, json_text
-from atlasbus.values import int32_or_none
+from atlasbus.dead_letters.table import DeadLetterTable
+from atlasbus.model.conversions import int32_or_none
+from atlasbus.publishing.encoder import Rejection, json_text
+
+
+@dataclass(frozen=True)
+class SinkDeadLetters:
+    """A sink task's rejected rows, recorded in the table (the publisher's ``rejects``; executor).
+
+    One plain Delta append per input batch with rejections, named by the task's write ID
+    and versioned by the input row position where the batch ends (the same in every attempt
+    of the task, even when a retry skips the batch's first rows because the exactly-once
+    marker counts them). Batches are recorded in input order, so the app transaction's
+    version is the end of the last batch recorded: a retry skips every batch up to it and
+    appends the rest.
+    """
+
+    table: str
+    write_id: str
+    context: QueryContext = field(default_factory=QueryContext)
+
+    def record(
+        self, batch: pa.RecordBatch, rejections: Sequence[Rejection], *, row_base: int
+    ) -> int:
+        letters = rejected_rows(
+            batch, rejections, row_base=row_base, write_id=self.write_id, context=self.context
+        )
+        DeadLetterTable(self.table).append(
+            letters,
+            app_id=f"atlasbus/sink-publish/{self.write_id}",
+            version=row_base + batch.num_rows,
+        )
+        return len(letters)
 
 
 def rejected_rows(

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 
 from atlasbus.dead_letters.record import DeadLetter, QueryContext
 from atlasbus.dead_letters.schema import SOURCE_DECODE
-from atlasbus.raw_fields import original_text
-from atlasbus.values import int32_or_none, text_or_none
+from atlasbus.model.conversions import int32_or_none, text_or_none
+from atlasbus.wire.raw_text import original_text
 
 MALFORMED_ENTRY = "malformed-entry"
 

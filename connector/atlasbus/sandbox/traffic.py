@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from atlasbus.reasons import (
+from atlasbus.model.reason_codes import (
     INVALID_INTEGER,
     INVALID_JSON,
     INVALID_TIMESTAMP,

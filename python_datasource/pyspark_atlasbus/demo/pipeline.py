@@ -263,7 +263,7 @@ def warm_up_delta(spark: Any, root: Path) -> None:
 def _import_readers(batches: Any) -> Any:
     """Runs on executors: the imports of the source's read and its dead letters."""
     import atlasbus.dead_letters
-    import atlasbus.reader  # noqa: F401
+    import atlasbus.reading.range_reader  # noqa: F401
 
     yield from batches
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from atlasbus.model.conversions import reply_text
 from atlasbus.sandbox.redis_server import RedisServer
-from atlasbus.values import reply_text
 from pyspark_atlasbus.demo.common import GROUP, STREAMS, WARM_UP_STREAM, DemoError
 
 
@@ -31,8 +31,8 @@ def connect(url: str, embedded: bool) -> Any:
     """A client for ``url``, checked: reachable, credentials accepted, Redis 6.2 or newer."""
     import redis
 
-    from atlasbus.cli_common import CLI_NAMES, first_line
-    from atlasbus.connection import RedisEndpoint, translate_errors
+    from atlasbus.bus.connection import RedisEndpoint, translate_errors
+    from atlasbus.cli.common import CLI_NAMES, first_line
     from atlasbus.errors import AtlasbusError
     from atlasbus.option_names import named_as
 

@@ -1,0 +1,789 @@
+"""Where Redis is and how to log in, and one client per process to talk to it.
+
+``RedisEndpoint`` travels to executors inside partitions, so it holds the credentials; its
+``repr`` and ``description`` never show them. Clients are cached per process because Spark
+reuses Python workers: opening a connection per task would cost a round trip or three each time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit, urlunsplit
+
+from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
+from atlasbus.option_names import named
+
+if TYPE_CHECKING:
+    import redis
+
+DEFAULT_URL = "redis://localhost:6379/0"
+SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
+
+# Bounded waits. atlasbus makes no blocking call (no XREAD BLOCK): its longest command is one
+# XRANGE page or one MULTI/EXEC batch, milliseconds on a healthy server, so a read that takes
+# 30 s means a stalled or wrong server, and the query should fail rather than hang.
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_READ_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_PARAM = "socket_connect_timeout"
+READ_TIMEOUT_PARAM = "socket_timeout"
+
+_URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_BOOLEANS = ("true", "false", "yes", "no", "1", "0", "y", "n", "t", "f")
+_CERT_REQS = ("none", "optional", "required")
+_FILE_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+# The URL query parameters atlasbus takes, each with how its value is checked. ``username`` and
+# ``password`` are redis-py's too, but atlasbus reads them itself (see ``RedisEndpoint``).
+URL_PARAMETERS: dict[str, str] = {
+    "username": "a user name",
+    "password": "a password",
+    "db": "a non-negative integer",
+    CONNECT_TIMEOUT_PARAM: "a positive number of seconds",
+    READ_TIMEOUT_PARAM: "a positive number of seconds",
+    "health_check_interval": "a non-negative integer (seconds)",
+    "max_connections": "a positive integer",
+    "socket_keepalive": "a boolean (true or false)",
+    "client_name": "printable ASCII without spaces (what CLIENT SETNAME takes)",
+    "protocol": "2 or 3",
+    "ssl_cert_reqs": "none, optional or required",
+    "ssl_check_hostname": "a boolean (true or false)",
+    "ssl_ca_certs": "the path of an existing file",
+    "ssl_ca_path": "the path of an existing directory",
+    "ssl_certfile": "the path of an existing file",
+    "ssl_keyfile": "the path of an existing file",
+    "ssl_password": "the key file's password",
+    "ssl_min_version": "an integer (ssl.TLSVersion)",
+}
+# Parameters whose value is never shown; neither is the value of a parameter not listed above.
+_SECRET_PARAMS = ("password", "ssl_password")
+_CREDENTIAL_PARAMS = ("username", "password")
+# Parameters redis-py's connection for the scheme takes; any other fails at connect with a
+# TypeError, so it is refused with the URL instead.
+_TLS_ONLY_PARAMS = tuple(name for name in URL_PARAMETERS if name.startswith("ssl_"))
+_TCP_ONLY_PARAMS = ("socket_keepalive",)
+
+
+@dataclass(frozen=True)
+class RedisEndpoint:
+    """A Redis server, the credentials and the time limits to use on it.
+
+    ``username``/``password`` replace the URL's user and password when given; the URL's user
+    and password (``user:password@``) in turn win over its ``username``/``password`` query
+    parameters, as in redis-py. The timeouts (seconds) replace the URL's
+    ``socket_connect_timeout``/``socket_timeout`` when given; with neither,
+    ``DEFAULT_CONNECT_TIMEOUT_S`` and ``DEFAULT_READ_TIMEOUT_S`` apply.
+    """
+
+    url: str = field(repr=False)
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    connect_timeout: float | None = field(default=None, repr=False)
+    read_timeout: float | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_options(
+        cls,
+        url: str | None,
+        username: str | None,
+        password: str | None,
+        *,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+    ) -> RedisEndpoint:
+        """Validate the URL's form (no I/O, except that TLS files must exist).
+
+        Without ``url``, ``$REDIS_URL``, else localhost. The scheme is case-insensitive
+        (``REDIS://`` is ``redis://``); everything else is checked as redis-py would read it,
+        so a bad URL fails here, naming what is wrong, rather than at the first connection.
+        """
+        if url is not None:
+            chosen, origin = url, named("url")
+        elif os.environ.get("REDIS_URL"):
+            chosen, origin = os.environ["REDIS_URL"], named("url from env")
+        else:
+            chosen, origin = DEFAULT_URL, named("url")
+        return cls(
+            _checked_url(chosen, origin),
+            username,
+            password,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+
+    @property
+    def description(self) -> str:
+        """Where the server is, safe to print: ``host:port`` or the socket path."""
+        parts = urlsplit(self.url)
+        if parts.scheme.lower() == "unix":
+            return f"unix socket {parts.path}"
+        tls = " (TLS)" if parts.scheme.lower() == "rediss" else ""
+        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}{tls}"
+
+    @property
+    def effective_username(self) -> str | None:
+        """The user the client logs in as: option ``username``, else the URL's user, else its
+        ``username`` query parameter, else none."""
+        if self.username is not None:
+            return self.username
+        user = urlsplit(self.url).username
+        return unquote(user) if user else _query_credential(self.url, "username")
+
+    def _effective_password(self) -> str | None:
+        """The password the client logs in with: option ``password``, else the URL's password,
+        else its ``password`` query parameter, else none. Not a property: never shown."""
+        if self.password is not None:
+            return self.password
+        password = urlsplit(self.url).password
+        return unquote(password) if password else _query_credential(self.url, "password")
+
+    @property
+    def user_description(self) -> str:
+        user = self.effective_username
+        return f"user {user!r}" if user else "the default user"
+
+    @property
+    def acl_user(self) -> str:
+        """The user's name as ``ACL SETUSER`` wants it."""
+        return self.effective_username or "default"
+
+    @property
+    def database(self) -> int:
+        """The database index the URL selects (``?db=`` wins over the path, as in redis-py)."""
+        parts = urlsplit(self.url)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        if "db" in query:
+            return int(query["db"])
+        path = parts.path.strip("/")
+        return int(path) if parts.scheme.lower() != "unix" and path else 0
+
+    @property
+    def connect_timeout_s(self) -> float:
+        return self._timeout(self.connect_timeout, CONNECT_TIMEOUT_PARAM, DEFAULT_CONNECT_TIMEOUT_S)
+
+    @property
+    def read_timeout_s(self) -> float:
+        return self._timeout(self.read_timeout, READ_TIMEOUT_PARAM, DEFAULT_READ_TIMEOUT_S)
+
+    def _timeout(self, given: float | None, param: str, default: float) -> float:
+        if given is not None:
+            return given
+        query = dict(parse_qsl(urlsplit(self.url).query, keep_blank_values=True))
+        return float(query[param]) if param in query else default
+
+    def __repr__(self) -> str:
+        return f"RedisEndpoint({self.description})"
+
+    def client(self) -> redis.Redis:
+        """This process's client for the endpoint (created on first use, then reused).
+
+        The connect and its PING run outside the lock, so one slow server does not hold up
+        threads that use another; if two threads connect at once, the first one cached wins.
+        """
+        key = self._key()
+        with _clients_lock:
+            existing = _clients.get(key)
+        if existing is not None:
+            return existing
+        created = self._connect()
+        with _clients_lock:
+            existing = _clients.setdefault(key, created)
+        if existing is not created:
+            created.close()
+        return existing
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.url, self.username, self.password, self.connect_timeout, self.read_timeout)
+
+    def _connect(self) -> redis.Redis:
+        """A client whose credentials and timeouts are ours, not what the URL says.
+
+        redis-py's ``from_url`` lets the URL's user, password and query parameters win over
+        keyword arguments, so they (and the ``username``/``password`` query parameters, which
+        redis-py would read too) are taken out of the URL and passed explicitly. Timeouts are
+        not retried (a retry would multiply the documented bound); a dropped connection is.
+        """
+        import redis
+
+        parts = urlsplit(self.url)
+        netloc = parts.netloc.rpartition("@")[2]
+        query = [
+            (name, value)
+            for name, value in parse_qsl(parts.query, keep_blank_values=True)
+            if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM, *_CREDENTIAL_PARAMS)
+        ]
+        bare_url = _joined_url(
+            parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment
+        )
+        client = redis.Redis.from_url(
+            bare_url,
+            username=self.effective_username,
+            password=self._effective_password(),
+            socket_connect_timeout=self.connect_timeout_s,
+            socket_timeout=self.read_timeout_s,
+            health_check_interval=30,
+            retry=_retry(),
+            **_library_identity(),
+        )
+        with translate_errors(self):
+            mode = _server_mode(client)
+            if mode not in (None, "standalone"):
+                client.close()
+                raise ConfigurationError(_unsupported_mode(self, mode))
+            client.ping()  # redis-py's health checks PING later: a user without +ping fails now
+        return client
+
+
+def _server_mode(client: redis.Redis) -> str | None:
+    """What the server runs as (HELLO's ``mode``: standalone, cluster or sentinel); None when
+    it does not say (a server without HELLO, renamed or older than 6.0).
+
+    A RESP3 connection (redis-py 7+'s default) has the reply to the HELLO it opened with; a
+    RESP2 one asks, in the protocol it speaks, which changes nothing.
+    """
+    import redis
+
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        reply = connection.handshake_metadata
+        if reply is None:
+            connection.send_command("HELLO", connection.protocol or 2)
+            reply = connection.read_response()
+    except redis.ResponseError:  # an unknown (renamed) command: the reply was read whole
+        reply = None
+    except BaseException:
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        raise
+    finally:
+        pool.release(connection)
+    if reply is None:
+        return None
+    # a map under RESP3; a flat list of names and values under RESP2
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=False)
+    fields: dict[Any, Any] = dict(pairs)
+    mode = fields.get(b"mode", fields.get("mode"))
+    return mode.decode(errors="replace") if isinstance(mode, bytes) else mode
+
+
+def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
+    """Why a server in cluster or sentinel mode is refused, and where to point instead."""
+    if mode == "cluster":
+        return (
+            f"Redis at {endpoint.description} runs in cluster mode, which atlasbus does not "
+            "support yet: it would miss the streams other nodes hold and fail on keys in "
+            "their slots (MOVED), and the exactly-once sink's transactions span several "
+            f"keys (CROSSSLOT). Point {named('url or env')} at a standalone Redis "
+            "(a primary, with or without replicas)"
+        )
+    if mode == "sentinel":
+        return (
+            f"Redis at {endpoint.description} is a Sentinel, which holds no streams: point "
+            f"{named('url or env')} at the primary it monitors (SENTINEL "
+            "GET-MASTER-ADDR-BY-NAME <name> tells its address)"
+        )
+    return (
+        f"Redis at {endpoint.description} runs in {mode!r} mode; atlasbus reads and writes a "
+        f"standalone Redis: point {named('url or env')} at one"
+    )
+
+
+def _retry() -> Any:
+    """Retry a dropped connection 3 times (one lost mid-command); never a timeout or a refusal
+    (a connection refused, a wrong password, a TLS handshake refused).
+
+    A retried timeout would multiply the documented bound; a retried refusal or wrong password
+    only makes the user wait (a wrong port took 7-12 s to fail): nothing listens there, or the
+    server said no (redis-py's ``AuthenticationError`` is a ``ConnectionError``). A query whose
+    Redis is restarting fails with the error and resumes from its checkpoint.
+    """
+    import redis
+    from redis.backoff import EqualJitterBackoff  # in every redis-py pyproject allows
+    from redis.retry import Retry
+
+    class ConnectionRetry(Retry):
+        def call_with_retry(  # type: ignore[no-untyped-def]
+            self, do, fail, is_retryable=None, with_failure_count=False
+        ):
+            def retryable(error: Exception) -> bool:
+                if (
+                    isinstance(error, redis.AuthenticationError)
+                    or _tls_refusal(error)
+                    or _connection_refused(error)
+                ):
+                    return False
+                return is_retryable is None or bool(is_retryable(error))
+
+            return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+    backoff = EqualJitterBackoff(cap=5, base=0.5)
+    if "is_retryable" not in inspect.signature(Retry.call_with_retry).parameters:
+        # redis-py 6.0 cannot be told what not to retry: a wrong password is tried 3 times
+        return Retry(backoff, 3, supported_errors=(redis.ConnectionError,))
+    return ConnectionRetry(backoff, 3, supported_errors=(redis.ConnectionError,))
+
+
+def _library_identity() -> dict[str, Any]:
+    """How atlasbus's connections name themselves to Redis: ``redis-py(atlasbus_v0.1.0)``.
+
+    Redis 7.2+ shows it as ``lib-name`` in CLIENT LIST, so the bus's operators can tell
+    atlasbus's connections from other clients'. Given explicitly, redis-py also need not look
+    its own version up in the installed packages' metadata for every client. In a Spark Python
+    process that lookup reads the directory of pyspark.zip (first on ``sys.path``): about
+    60 ms of each query's runner and of each new worker.
+    """
+    import redis
+
+    from atlasbus.version import __version__
+
+    if "driver_info" not in inspect.signature(redis.Redis.__init__).parameters:
+        # redis-py 6.x looks its version up once, at import; it takes name and version as text
+        return {"lib_name": f"redis-py(atlasbus_v{__version__})", "lib_version": redis.__version__}
+    from redis.driver_info import DriverInfo
+
+    info = DriverInfo(lib_version=redis.__version__).add_upstream_driver("atlasbus", __version__)
+    return {"driver_info": info}
+
+
+def _connection_refused(error: BaseException) -> bool:
+    """The connection was refused (nothing listens at the address): redis-py raises its
+    ``ConnectionError`` while handling the socket's ``ConnectionRefusedError``."""
+    seen: BaseException | None = error
+    for _ in range(5):  # the chain is short; never loop on a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _tls_refusal(error: Exception) -> bool:
+    """A TLS handshake the server or the client refused: retrying cannot change the answer."""
+    text = str(error)
+    return any(
+        sign in text for sign in ("SSL", "certificate", "EOF occurred in violation of protocol")
+    )
+
+
+_clients: dict[tuple[object, ...], redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+def forget_clients() -> None:
+    """Drop cached clients (tests that restart a server use this)."""
+    with _clients_lock:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
+
+
+@contextmanager
+def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None) -> Iterator[None]:
+    """Turn redis-py's connection, timeout, auth, ACL, replica and protocol errors into atlasbus
+    errors.
+
+    The message names host and port, the user and what to do, never the password. A connection
+    error or a timeout also drops the process's cached client, so the next use connects
+    afresh. ``key_pattern`` (``{streamPrefix}:*``) is the ACL key rule a key refusal suggests.
+    """
+    import redis
+
+    try:
+        yield
+    except redis.TimeoutError as exc:
+        _forget(endpoint)
+        raise RedisUnavailableError(timeout_message(endpoint, str(exc))) from None
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailableError(_refused(endpoint, str(exc))) from None
+    except redis.ResponseError as exc:
+        text = str(exc)
+        if isinstance(exc, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
+            raise RedisPermissionError(_no_permission(endpoint, text, key_pattern)) from None
+        if text.startswith(("WRONGPASS", "NOAUTH", "invalid username-password")):
+            raise RedisUnavailableError(_refused(endpoint, text)) from None
+        if isinstance(exc, redis.exceptions.ReadOnlyError):
+            raise RedisUnavailableError(
+                f"Redis at {endpoint.description} is a read-only replica ({text}): point "
+                f"{named('url or env')} at the primary"
+            ) from None
+        if "SELECT is not allowed in cluster mode" in text:  # redis-py selects before HELLO
+            _forget(endpoint)
+            raise ConfigurationError(_unsupported_mode(endpoint, "cluster")) from None
+        if "DB index is out of range" in text:
+            _forget(endpoint)
+            raise ConfigurationError(
+                f"{named('url')} selects database {endpoint.database}, which Redis at "
+                f"{endpoint.description} does not have (DB index is out of range): use an index "
+                "below the server's 'databases' setting (16 by default), e.g. /0"
+            ) from None
+        raise
+    except redis.exceptions.InvalidResponse as exc:
+        _forget(endpoint)
+        detail = _scrub(str(exc), endpoint).rstrip(".")
+        raise RedisUnavailableError(
+            f"what answers at {endpoint.description} does not speak Redis's protocol ({detail}): "
+            f"check that {named('url or env')} points to a Redis server, with rediss:// "
+            "if it serves TLS"
+        ) from None
+    except redis.ConnectionError as exc:
+        _forget(endpoint)
+        detail = _scrub(str(exc), endpoint).rstrip(".")
+        if _handshake_refused_without_client_certificate(endpoint, detail):
+            raise RedisUnavailableError(
+                f"cannot reach Redis at {endpoint.description}: {detail}. The server ended the "
+                "TLS handshake: if it requires a client certificate (tls-auth-clients), add "
+                f"ssl_certfile and ssl_keyfile to {named('url')}."
+            ) from None
+        raise RedisUnavailableError(
+            f"cannot reach Redis at {endpoint.description}: {detail}. Check that "
+            f"the server is running and that {named('url or env')} points to it."
+        ) from None
+
+
+def _handshake_refused_without_client_certificate(endpoint: RedisEndpoint, detail: str) -> bool:
+    """A TLS server that requires client certificates drops a client that sends none."""
+    if not endpoint.url.lower().startswith("rediss://") or "ssl_certfile" in endpoint.url:
+        return False
+    text = detail.lower()
+    return any(
+        sign in text
+        for sign in ("eof occurred in violation of protocol", "certificate required", "reset by")
+    )
+
+
+def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
+    """One wording for a server that accepted the connection (or not) but did not answer."""
+    if "connect" in detail.lower() and endpoint.url.lower().startswith("rediss://"):
+        return (
+            f"Redis at {endpoint.description} did not complete the connection: TCP connect within "
+            f"{endpoint.connect_timeout_s:g} s, then the TLS handshake within "
+            f"{endpoint.read_timeout_s:g} s. If that port serves plain-text Redis, use redis:// "
+            f"instead of rediss://; the limits are the URL parameters {CONNECT_TIMEOUT_PARAM} "
+            f"and {READ_TIMEOUT_PARAM} (seconds, in {named('url')})."
+        )
+    if "connect" in detail.lower():
+        limit, what = endpoint.connect_timeout_s, "connect"
+        names = f"the URL parameter {CONNECT_TIMEOUT_PARAM} (seconds, in {named('url')})"
+    else:
+        limit, what = endpoint.read_timeout_s, "answer"
+        names = f"the URL parameter {READ_TIMEOUT_PARAM} (seconds, in {named('url')})"
+    return (
+        f"Redis at {endpoint.description} did not {what} within {limit:g} s. Check that a "
+        "Redis server (not another service) listens there and is not overloaded; the limit "
+        f"is {names}."
+    )
+
+
+def _refused(endpoint: RedisEndpoint, text: str) -> str:
+    if "must be called with the client already authenticated" in text:
+        text = "Authentication required"  # the server's NOAUTH reply to redis-py's HELLO
+    detail = _scrub(text, endpoint).split(".")[0]
+    return (
+        f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
+        f"Check {named('credentials')}."
+    )
+
+
+_COMMAND = re.compile(r"run the '([^']+)' command")
+
+
+def _no_permission(endpoint: RedisEndpoint, text: str, key_pattern: str | None) -> str:
+    user = endpoint.acl_user
+    command = _COMMAND.search(text)
+    if command is not None:
+        name = command.group(1).lower()
+        return (
+            f"Redis at {endpoint.description} refused {endpoint.user_description} the command "
+            f"'{name}': add it to the user's ACL (ACL SETUSER {user} +{name}), see "
+            "docs/operations.md"
+        )
+    if "key" in text.lower():
+        pattern = key_pattern or "{streamPrefix}:*"
+        return (
+            f"Redis at {endpoint.description} refused {endpoint.user_description} access to a "
+            f"key: add the stream prefix's keys to the user's ACL (ACL SETUSER {user} "
+            f"~{pattern}), see docs/operations.md"
+        )
+    detail = _scrub(text, endpoint).removeprefix("NOPERM").strip().rstrip(".")
+    return (
+        f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
+        f"Grant it in the user's ACL (ACL SETUSER {user} ...), see docs/operations.md"
+    )
+
+
+@contextmanager
+def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
+    """Borrow one pooled connection of the process's client for raw commands; executor or driver.
+
+    Raw use (``send_command``/``read_response``) skips redis-py's reply parsing. A connection
+    left with a reply unread (an error, or a reader stopped early) is closed, never handed to
+    the next user.
+    """
+    client = endpoint.client()
+    pool = client.connection_pool
+    with translate_errors(endpoint):
+        connection = pool.get_connection()
+    clean = False
+    try:
+        yield connection
+        clean = True
+    finally:
+        if not clean:
+            connection.disconnect()  # type: ignore[no-untyped-call]
+        pool.release(connection)
+
+
+def _forget(endpoint: RedisEndpoint) -> None:
+    with _clients_lock:
+        client = _clients.pop(endpoint._key(), None)
+    if client is not None:
+        client.close()
+
+
+def _query_credential(url: str, name: str) -> str | None:
+    """The URL's query parameter ``name`` as redis-py reads it: its first non-empty value."""
+    for key, value in parse_qsl(urlsplit(url).query):  # blank values left out, as redis-py does
+        if key == name:
+            return value
+    return None
+
+
+def _scrub(message: str, endpoint: RedisEndpoint) -> str:
+    """``message`` with every password the endpoint holds (option, URL, query) as ``***``."""
+    url_password = urlsplit(endpoint.url).password
+    secrets = {endpoint.password, url_password, unquote(url_password) if url_password else None}
+    for start, end in _hidden_value_spans(endpoint.url):
+        value = endpoint.url[start:end]
+        secrets.update((value, unquote(value), unquote_plus(value)))
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):  # longest first
+        message = message.replace(secret, "***")
+    return message
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password and the value of every query parameter that may be a secret
+    replaced by ``***``: safe to print.
+
+    Shown are only the values of the parameters atlasbus takes that are not secrets: the value
+    of ``password``, ``ssl_password`` and of any parameter atlasbus does not know (``passwd``,
+    ``token``, ``PASSWORD``) is hidden, its name percent-decoded as redis-py decodes it. Works
+    on the text, not on ``urlsplit``'s reading of it, and hides too much rather than too little:
+    a parameter wherever one could start; a password holding an unencoded ``#``, ``/`` or ``?``
+    cuts the URL before its ``@`` for ``urlsplit``, so when the place has no ``@`` the last
+    ``@`` after it ends the user part. Where the two readings differ, both are hidden.
+    """
+    spans = list(_hidden_value_spans(url))
+    user_part = _hidden_user_part(url)
+    if user_part is not None:
+        spans.append(user_part)
+    shown, position = [], 0
+    for start, end in _merged(spans):
+        shown += [url[position:start], "***"]
+        position = end
+    return "".join(shown) + url[position:]
+
+
+def _hidden_user_part(url: str) -> tuple[int, int] | None:
+    """Where in ``url`` its password is (or the whole user part, when its user looks broken)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:  # not a URL at all ("user:password@host:6379"): shown in its refusal
+        scheme, rest = "", url
+    offset = len(url) - len(rest)
+    if "@" not in rest:
+        return None
+    place = rest[: _place_end(rest)]
+    if "@" in place:
+        at = place.rfind("@")
+    elif place or scheme.lower() != "unix":  # unix:///path: an @ there is the socket's path
+        at = rest.rfind("@")
+    else:
+        return None
+    user, colon, _ = rest[:at].partition(":")
+    if any(character in user for character in "/?#"):
+        return offset, offset + at
+    if colon:
+        return offset + len(user) + 1, offset + at
+    return None
+
+
+def _hidden_value_spans(url: str) -> Iterator[tuple[int, int]]:
+    """Where the values not to show are: those of parameters that are secrets or unknown.
+
+    A parameter starts after any ``?`` or ``&`` and ends at the next; its name is read as
+    ``parse_qsl`` reads it (``pass%77ord`` is ``password``) and matched exactly, as redis-py
+    and ``_check_query`` match it.
+    """
+    for piece in re.finditer(r"(?<=[?&])[^?&]*", url):
+        name, equals, _ = piece.group().partition("=")
+        if equals and not _shown_parameter(unquote_plus(name)):
+            yield piece.start() + len(name) + 1, piece.end()
+
+
+def _shown_parameter(name: str) -> bool:
+    return name in URL_PARAMETERS and name not in _SECRET_PARAMS
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that overlap or touch made one."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _place_end(rest: str) -> int:
+    """Where the host part of a URL's text after ``://`` ends: its first ``/``, ``?`` or ``#``."""
+    ends = [index for index in (rest.find(c) for c in "/?#") if index >= 0]
+    return min(ends, default=len(rest))
+
+
+def _joined_url(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
+    """``urlunsplit``, but a ``unix://`` URL without user keeps its ``//``: the standard
+    library writes ``unix:/path``, which redis-py does not take for a Redis URL."""
+    url = urlunsplit((scheme, netloc, path, query, fragment))
+    if scheme.lower() == "unix" and not netloc:
+        url = f"{scheme}://{url[len(scheme) + 1 :]}"
+    return url
+
+
+def _checked_url(url: str, origin: str) -> str:
+    """``url`` with its scheme in lower case, or a ``ConfigurationError`` naming the fault."""
+    if not url.strip():
+        raise ConfigurationError(
+            f"{origin} must not be empty: give a Redis URL ({_URL_FORM}), or leave the option "
+            "out to use $REDIS_URL, else redis://localhost:6379/0"
+        )
+    stripped = url.strip()
+    shown = (
+        url[: url.index(stripped)]
+        + shown_url(stripped)
+        + url[url.index(stripped) + len(stripped) :]
+    )
+    if url != stripped:
+        raise ConfigurationError(
+            f"{origin} must not start or end with whitespace, got {shown!r}; accepted: {_URL_FORM}"
+        )
+    scheme = _SCHEME.match(url)
+    if scheme is None or scheme.group(1).lower() not in SUPPORTED_SCHEMES:
+        got = f"{scheme.group(1)}://..." if scheme else repr(shown)
+        raise ConfigurationError(
+            f"{origin} must be a Redis URL starting with redis://, rediss:// or unix://, "
+            f"got {got}; accepted: {_URL_FORM}"
+        )
+    kind = scheme.group(1).lower()
+    url = kind + url[len(scheme.group(1)) :]
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        raise ConfigurationError(f"{origin} is not a valid URL ({exc}), got {shown!r}") from None
+    rest = url.partition("://")[2]
+    after_place = rest[_place_end(rest) :].partition("?")[0]  # an @ in the query is a value's
+    in_socket_path = kind == "unix" and after_place.startswith("/")
+    if "@" in after_place and not in_socket_path:
+        raise ConfigurationError(
+            f"{origin} holds a user or password with a character that must be percent-encoded, "
+            f"got {shown!r}: write # as %23, / as %2F, ? as %3F, @ as %40 (or pass the password "
+            "in option 'password')"
+        )
+    place = parts.netloc.rpartition("@")[2]
+    if kind == "unix":
+        if not parts.path:
+            raise ConfigurationError(
+                f"{origin} names no socket path, got {shown!r}: write unix:///path/to/redis.sock"
+            )
+        if place not in ("", "localhost"):  # redis-py ignores the host of a socket URL
+            raise ConfigurationError(
+                f"{origin} names a host ({place!r}) before the socket path, got {shown!r}: a "
+                "socket URL has three slashes, unix:///path/to/redis.sock"
+            )
+    else:
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if port in (-1, 0) or (port is None and place.endswith(":")):
+            raise ConfigurationError(
+                f"{origin} has an invalid port (host {parts.hostname!r}), got {shown!r}: a port "
+                "is an integer from 1 to 65535 (or leave it out for 6379)"
+            )
+        path = parts.path
+        if path not in ("", "/") and not re.fullmatch(r"/[0-9]+", path):
+            raise ConfigurationError(
+                f"{origin} has database path {path!r}, got {shown!r}: the path selects a "
+                "database and must be a non-negative integer such as /0"
+            )
+    _check_query(parts.query, kind, origin, shown)
+    return url
+
+
+def _check_query(query: str, kind: str, origin: str, shown: str) -> None:
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name not in URL_PARAMETERS:  # its value may be a secret: shown as ***
+            raise ConfigurationError(
+                f"{origin} has unknown query parameter {name!r}, got {shown!r}; accepted "
+                f"parameters: {', '.join(sorted(URL_PARAMETERS))}"
+            )
+        if name in _TLS_ONLY_PARAMS and kind != "rediss":
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}, which only a TLS URL takes, got "
+                f"{shown!r}: use rediss:// for TLS, or leave {name} out"
+            )
+        if name in _TCP_ONLY_PARAMS and kind == "unix":
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}, which a socket URL does not take (it "
+                f"is for TCP), got {shown!r}: leave it out"
+            )
+        problem = _parameter_problem(name, value)
+        if problem is not None:
+            got = "***" if name in _SECRET_PARAMS else repr(value)
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}={got}, {problem}: it must be "
+                f"{URL_PARAMETERS[name]}"
+            )
+
+
+def _parameter_problem(name: str, value: str) -> str | None:
+    """Why redis-py would fail on, or silently misread, ``name=value``; ``None`` if fine."""
+    if name in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM):
+        return None if parse_seconds(value) is not None else "which is not a positive number"
+    if name in ("db", "health_check_interval", "max_connections", "ssl_min_version"):
+        if not re.fullmatch(r"[0-9]+", value.strip()):
+            return "which is not a non-negative integer"
+        if name == "max_connections" and int(value) == 0:
+            return "which is zero"
+        return None
+    if name == "protocol":
+        return None if value.strip() in ("2", "3") else "which is not a RESP version"
+    if name in ("socket_keepalive", "ssl_check_hostname"):
+        # no stripping: redis-py reads anything but a false word, " false" too, as true
+        return None if value.lower() in _BOOLEANS else "which is not a boolean"
+    if name == "client_name":  # empty: redis-py names no client
+        printable = all(33 <= ord(character) <= 126 for character in value)
+        return None if printable else "which holds a space or a character Redis refuses"
+    if name == "ssl_cert_reqs":
+        return None if value in _CERT_REQS else "which is not a certificate requirement"
+    if name in _FILE_PARAMS:
+        return None if os.path.isfile(value) else "but there is no such file"
+    if name == "ssl_ca_path":
+        return None if os.path.isdir(value) else "but there is no such directory"
+    return None
+
+
+def parse_seconds(text: str) -> float | None:
+    """A positive, finite number of seconds, or ``None``."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None

@@ -1,0 +1,1 @@
+"""Stream entries into Arrow rows (executor): decoders, cut pages, compiled kernels."""

@@ -1,0 +1,1 @@
+"""The compiled path (numba): replies cut and columns decoded in place, and when it serves."""

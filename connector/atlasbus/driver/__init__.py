@@ -1,0 +1,1 @@
+"""The source's driver side: the streaming query's state machine, free of Spark."""

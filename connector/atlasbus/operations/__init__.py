@@ -1,0 +1,1 @@
+"""The bus's housekeeping and figures: status, lag, the reaper, retention, pending entries."""

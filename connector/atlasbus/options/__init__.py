@@ -1,0 +1,1 @@
+"""Every option, parsed once into frozen, validated objects (no I/O)."""

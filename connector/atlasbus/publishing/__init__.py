@@ -1,0 +1,1 @@
+"""The sink's side (executor): rows encoded into XADD commands and published, exactly once."""

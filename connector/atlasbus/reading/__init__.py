@@ -1,0 +1,1 @@
+"""A planned range read from Redis (executor): paged XRANGE, read ahead, replies received."""
