@@ -68,6 +68,7 @@ SLOW_FILES: frozenset[str] = frozenset(
         "test_no_credentials_leak.py",  # runs the demo, the CLI and queries with one password
         "test_operations_under_crash.py",
         "test_redis_restart.py",
+        "test_redis_topologies.py",  # a 6-node cluster and a Sentinel set-up, twice each
         "test_sink_dead_letters_under_crash.py",
         "test_spark_lines.py",
     }
