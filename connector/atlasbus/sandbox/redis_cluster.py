@@ -45,7 +45,9 @@ class LocalCluster:
         try:
             for node in self.nodes:
                 self._stack.enter_context(node)
-            clients = {node.port: redis.Redis(port=node.port) for node in self.nodes}
+            clients: dict[int, Any] = {
+                node.port: redis.Redis(port=node.port) for node in self.nodes
+            }
             first = clients[self.masters[0].port]
             for node in self.nodes[1:]:
                 first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
@@ -125,4 +127,4 @@ def _state_ok(client: Any) -> bool:
 
 def _synced(client: Any) -> bool:
     info = client.info("replication")
-    return info.get("role") == "slave" and info.get("master_link_status") == "up"
+    return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")

@@ -9,6 +9,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 from tempfile import mkdtemp
+from typing import Any
 
 from atlasbus.sandbox.redis_server import RedisServer, free_port
 
@@ -86,7 +87,7 @@ class LocalSentinels:
 
         assert isinstance(client, redis.Redis)
         try:
-            master = client.sentinel_master(self.master_name)  # parsed by redis-py
+            master: Any = client.sentinel_master(self.master_name)  # parsed by redis-py
         except redis.ResponseError:
             return False
         return (
