@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from atlasbus.bus.connection import RedisEndpoint, shown_url
+from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.redis_url import shown_url
 from atlasbus.errors import ConfigurationError
 from atlasbus.options.sink import parse_sink_options
 from atlasbus.options.source import parse_source_options

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from atlasbus.bus.connection import shown_url
+from atlasbus.bus.redis_url import shown_url
 from atlasbus.model.offsets import StreamOffsets
 from pyspark_atlasbus.demo.common import EVENTS_APP_ID, STREAM_PREFIX, STREAMS
 from pyspark_atlasbus.demo.writer import table_rows
