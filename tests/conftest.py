@@ -65,6 +65,7 @@ SLOW_FILES: frozenset[str] = frozenset(
     {
         "test_delta_sink_crash.py",
         "test_deployments.py",
+        "test_docs_code_runs.py",  # runs the docs' Python blocks on Spark
         "test_no_credentials_leak.py",  # runs the demo, the CLI and queries with one password
         "test_operations_under_crash.py",
         "test_redis_restart.py",
