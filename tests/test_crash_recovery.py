@@ -167,8 +167,8 @@ def _crash_and_recover(
     progressed: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Start the query ``kills`` times, SIGKILL it after ``running`` seconds (random in that
-    range) each time, then drain with availableNow; the publisher appends meanwhile. The
-    runs' stderr is appended to ``log``.
+    range) each time, then drain with availableNow; the publisher appends meanwhile (until
+    its total, or the last kill). The runs' stderr is appended to ``log``.
 
     ``progressed``: called after each start, returns once the run has committed something
     (the random wait then follows), so every kill lands after real progress."""
@@ -185,6 +185,7 @@ def _crash_and_recover(
                 progressed()
             time.sleep(rng.uniform(*running))
             _kill(process, log)
+        publisher.halt.set()  # the stream grew through every kill; the drain reads the rest
         publisher.join(300)
         assert publisher.error is None, publisher.error
         assert not publisher.is_alive()
@@ -240,7 +241,6 @@ def test_exactly_once_across_driver_kills_while_publishers_append(
     else:  # Spark reads only the files its _spark_metadata log committed
         written = [row["correlation_id"] for row in spark.read.parquet(out).collect()]
     _report(f"{sink}, {data_format}", run["published"], written, run["restart_seconds"])
-    assert len(run["published"]) == TOTAL
     assert Counter(written) == Counter(run["published"])
 
 

@@ -239,6 +239,12 @@ def test_a_table_atlasbus_wrote_is_read_and_appended_by_delta_spark_and_replayed
     assert read_dead_letters(spark, path, version=before, engine="delta-rs").count() == 5
 
 
+# Enough micro-batches (40 entries each) that the executors still commit while delta-spark's
+# first commit is made (its snapshot of the growing log, its conflict checks): in a fresh
+# session 600 entries were read before it, so nothing was concurrent.
+ENTRIES = 1_500
+
+
 def test_concurrent_commits_from_both_engines_lose_and_double_nothing(
     delta_spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -248,13 +254,13 @@ def test_concurrent_commits_from_both_engines_lose_and_double_nothing(
     stream = f"{prefix}:t"
     bad_ids = []
     pipe = r.pipeline(transaction=False)
-    for n in range(600):
+    for n in range(ENTRIES):
         if n % 3 == 0:
             pipe.xadd(stream, {"payload": f"[{n}]", "priority": "1"})
         else:
             pipe.xadd(stream, envelope("t", n))
     ids = [i.decode() for i in pipe.execute()]
-    bad_ids = [ids[n] for n in range(600) if n % 3 == 0]
+    bad_ids = [ids[n] for n in range(ENTRIES) if n % 3 == 0]
     DeadLetterTable(path).create()
 
     done = threading.Event()
