@@ -50,7 +50,8 @@ def fresh_venv(folder: Path) -> tuple[Path, float]:
 
 
 def one_demo(venv: Path, home: Path, work: Path) -> dict[str, Any]:
-    """Run the demo; the wall seconds from the command to each phase line, and in all."""
+    """Run the demo; the wall seconds from the command to each phase line, and in all, and
+    the lines it printed up to the traffic."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -75,7 +76,9 @@ def one_demo(venv: Path, home: Path, work: Path) -> dict[str, Any]:
     code = process.wait()
     if code != 0 or "traffic" not in seen:
         raise SystemExit(f"the demo failed ({code}):\n" + "\n".join(lines[-30:]))
-    return {**seen, "whole run": time.perf_counter() - started}
+    # the demo's own lines up to the traffic (its clock in brackets): what each wait was
+    transcript = lines[: next(i for i, x in enumerate(lines) if "query running;" in x) + 1]
+    return {**seen, "whole run": time.perf_counter() - started, "transcript": transcript}
 
 
 def main() -> None:

@@ -79,11 +79,10 @@ def find_delta_jars(ivy_settings: dict[str, str] | None = None) -> DeltaJars:
     coordinate = delta_package()
     if coordinate is None:
         return DeltaJars(None, None, NOT_INSTALLED)
+    jars = remembered_jars(coordinate)
+    if jars is not None:
+        return DeltaJars(coordinate, jars)
     remembered = cache_file(coordinate)
-    if remembered.is_file():
-        jars = remembered.read_text().strip()
-        if jars and all(_exists(uri) for uri in jars.split(",")):
-            return DeltaJars(coordinate, jars)
     found = _resolve(coordinate, ivy_settings or {})
     if found.jars is not None:
         try:
@@ -92,6 +91,16 @@ def find_delta_jars(ivy_settings: dict[str, str] | None = None) -> DeltaJars:
         except OSError:
             pass  # not remembered: resolved again next time
     return found
+
+
+def remembered_jars(coordinate: str) -> str | None:
+    """The jars resolved for ``coordinate`` before, when every file is still there; else None
+    (the next session resolves them: a download on a machine that never had them)."""
+    remembered = cache_file(coordinate)
+    if not remembered.is_file():
+        return None
+    jars = remembered.read_text().strip()
+    return jars if jars and all(_exists(uri) for uri in jars.split(",")) else None
 
 
 def _exists(uri: str) -> bool:

@@ -24,6 +24,13 @@ from typing import Any
 
 from atlasbus.sandbox.redis_server import RedisServer
 from atlasbus.sandbox.traffic import TOPICS, TrafficGenerator
+from pyspark_atlasbus.demo.cold_start import (
+    DELTA_DOWNLOAD_MB,
+    DownloadProgress,
+    KernelCompilation,
+    ivy_cache,
+    jars_to_download,
+)
 from pyspark_atlasbus.demo.common import (
     DRAIN_TIMEOUT_S,
     EXIT_INTERRUPTED,
@@ -117,8 +124,12 @@ def run_pipeline(
 ) -> int:
     client = connect(url, embedded)
     reset_streams(client)
-    clock.say("starting Spark (local[2]): the JVM and a Spark session ...")
-    spark = start_spark()
+    kernels = KernelCompilation()
+    try:
+        spark = start_spark_saying_why(clock)
+    except BaseException:
+        kernels.stop()
+        raise
     stop = StopRequest()
     previous_handler = signal.signal(signal.SIGINT, stop.handler)
     publisher = TrafficPublisher(client, args.rate, args.duration)
@@ -131,6 +142,7 @@ def run_pipeline(
             "warming up Spark: its Python workers import atlasbus, Arrow and delta-rs, and "
             "read one entry of a warm-up stream ..."
         )
+        kernels.wait(clock.say)
         warm_up_workers(spark, client, url)
         engine = events_engine(spark)
         if engine == "delta-spark":
@@ -179,6 +191,7 @@ def run_pipeline(
         if query is not None:
             query.stop()
     finally:
+        kernels.stop()
         publisher.stop()
         if query is not None and query.isActive:
             query.stop()
@@ -204,6 +217,20 @@ def run_pipeline(
     if stop.event.is_set():
         return EXIT_INTERRUPTED
     return 0 if summary.accounted else 1
+
+
+def start_spark_saying_why(clock: Clock) -> Any:
+    """``start_spark``, announcing the Delta Lake jars' download (with progress) when the
+    session will fetch them first."""
+    if not jars_to_download():
+        clock.say("starting Spark (local[2]): the JVM and a Spark session ...")
+        return start_spark()
+    clock.say(
+        f"starting Spark (local[2]); first, the Delta Lake jars are fetched from Maven Central "
+        f"(about {DELTA_DOWNLOAD_MB} MB, once: later runs use them from {ivy_cache().parent}) ..."
+    )
+    with DownloadProgress(clock.say):
+        return start_spark()
 
 
 def start_spark() -> Any:
