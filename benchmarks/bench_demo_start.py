@@ -57,7 +57,15 @@ def one_demo(venv: Path, home: Path, work: Path) -> dict[str, Any]:
         for key, value in os.environ.items()
         if not key.startswith(("SPARK_", "PYSPARK_", "ATLASBUS_", "NUMBA_", "REDIS_URL"))
     }
-    env.update({"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")})
+    # Java takes user.home from the account, not $HOME: without this, Ivy would find the
+    # jars in the real home's cache and the cold run would download nothing
+    env.update(
+        {
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "JAVA_TOOL_OPTIONS": f"-Duser.home={home}",
+        }
+    )
     command = [str(venv / "bin" / "atlasbus"), "demo", "--duration", "3", "--output", str(work)]
     started = time.perf_counter()
     process = subprocess.Popen(

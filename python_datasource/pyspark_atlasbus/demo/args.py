@@ -64,7 +64,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=30.0,
         metavar="SECONDS",
         help="seconds of traffic (default 30); it starts about 30 s after the command, "
-        "75 s the first time (Delta Lake's jars fetched, compiled code cached)",
+        "60 s the first time (Delta Lake's jars fetched, compiled code cached)",
     )
     demo.add_argument(
         "--rate",

@@ -10,13 +10,15 @@ demo waits for it before the workers' warm-up, saying so when it is not done yet
 
 from __future__ import annotations
 
+import os
+import pwd
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-DELTA_DOWNLOAD_MB = 86  # 33 jars (docs/operations.md); Ivy keeps a copy beside its cache
+DELTA_DOWNLOAD_MB = 90  # 33 jars, 86 MB, and their Ivy metadata: what the cache gained, measured
 PROGRESS_EVERY_S = 5.0
 # The kernels' choice compiles and caches every kernel, or loads them (about 1 s when cached).
 _COMPILE = (
@@ -25,9 +27,20 @@ _COMPILE = (
 )
 
 
+def ivy_caches() -> list[Path]:
+    """Where Spark 4's Ivy may download to: under Java's ``user.home`` (the account's home,
+    whatever ``$HOME`` says, unless ``-Duser.home`` is passed in ``JAVA_TOOL_OPTIONS``), and
+    under ``$HOME``."""
+    homes = [Path.home(), Path(pwd.getpwuid(os.getuid()).pw_dir)]
+    for option in os.environ.get("JAVA_TOOL_OPTIONS", "").split():
+        if option.startswith("-Duser.home="):
+            homes.append(Path(option.split("=", 1)[1]))
+    return list(dict.fromkeys(home / ".ivy2.5.2" / "cache" for home in homes))
+
+
 def ivy_cache() -> Path:
-    """Where Spark 4's Ivy downloads to, unless ``spark.jars.ivy`` says otherwise."""
-    return Path.home() / ".ivy2.5.2" / "cache"
+    """The first of ``ivy_caches``: the one named to the user."""
+    return ivy_caches()[0]
 
 
 def folder_bytes(folder: Path) -> int:
@@ -54,10 +67,10 @@ def jars_to_download() -> bool:
 class DownloadProgress:
     """Says, every ``PROGRESS_EVERY_S`` until stopped, how many MB Ivy has fetched."""
 
-    def __init__(self, say: Callable[[str], None], folder: Path | None = None) -> None:
+    def __init__(self, say: Callable[[str], None], folders: list[Path] | None = None) -> None:
         self.say = say
-        self.folder = folder or ivy_cache()
-        self.before = folder_bytes(self.folder) if self.folder.exists() else 0
+        self.folders = folders or ivy_caches()
+        self.before = self._bytes()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jar-download-progress", daemon=True)
 
@@ -69,9 +82,11 @@ class DownloadProgress:
         self._stop.set()
         self._thread.join()
 
+    def _bytes(self) -> int:
+        return sum(folder_bytes(folder) for folder in self.folders if folder.exists())
+
     def fetched_mb(self) -> float:
-        now = folder_bytes(self.folder) if self.folder.exists() else 0
-        return max(0, now - self.before) / 1e6
+        return max(0, self._bytes() - self.before) / 1e6
 
     def _run(self) -> None:
         while not self._stop.wait(PROGRESS_EVERY_S):

@@ -1,7 +1,7 @@
 """The demo's run: Redis, Spark, the streaming query, the traffic, the drain and the summary.
 
 Order matters for a quick first micro-batch: Spark and the query start first (saying what
-they are doing, one line per phase: traffic starts about 30 s after the command, 75 s
+they are doing, one line per phase: traffic starts about 30 s after the command, 60 s
 the first time; ``benchmarks/bench_demo_start.py``), the traffic only once the query has
 run its first trigger, so the first batch comes a trigger or two after the traffic starts.
 
