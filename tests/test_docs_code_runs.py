@@ -2,8 +2,8 @@
 
 Each block runs unchanged on the session's one SparkSession (the ``spark`` fixture), with only
 its places replaced (``run_block``, ``with_places`` in test_docs_code.py): folders become the
-test's, Redis URLs the URL of this module's own redis-server. Blocks with no ``url`` option use
-``$REDIS_URL`` and the default prefix ``atlas_bus``, hence a server no other module shares. The
+test's, Redis URLs (every block names one) the URL of this module's own redis-server, whose
+streams use the default prefix ``atlas_bus``: a server no other module shares. The
 names a fragment assumes (``spark``, ``df``, ``customers``, ``r``, ``dead_letter``, ...) are
 real objects; ``notify`` and ``gauge`` stand for the user's pager and metrics and record what
 they are given. Each test prepares real data (entries in Redis, Delta dead-letter tables
@@ -40,6 +40,7 @@ from helpers import BatchCollector, envelope, publish, redis_major, run_availabl
 from test_docs_code import ROOT, block, run_block, with_places
 
 TABLE = "/lake/atlasbus/dead_letters"
+BUS = "redis://bus-redis:6379/0"  # the blocks' Redis: the module's own server here
 
 
 def documented_envelope_columns() -> list[str]:
@@ -57,44 +58,6 @@ PENDING_COLUMNS = [
 ]
 
 
-@contextmanager
-def jvm_environment(spark: Any, name: str, value: str) -> Iterator[None]:
-    """``$name`` set in the running Spark driver JVM's environment, then put back.
-
-    Spark runs a Python data source's ``DataSource``, reader and writer planning in Python
-    processes that the JVM starts with its own environment, the one it started with (this
-    test session's has no ``$REDIS_URL``: conftest removes it, and the JVM is shared). A user
-    exports ``$REDIS_URL`` before starting Spark; the shared JVM gets it here instead, in the
-    map ``java.lang.ProcessEnvironment`` keeps and every ``ProcessBuilder`` copies.
-    """
-    jvm, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
-    find = jvm.java.lang.Class.forName
-    field = find("java.lang.ProcessEnvironment").getDeclaredField("theEnvironment")
-    field.setAccessible(True)
-    environment = field.get(None)
-
-    def wrapped(kind: str, text: str) -> Any:
-        types = gateway.new_array(jvm.java.lang.Class, 1)
-        types[0] = find("java.lang.String")
-        value_of = find(f"java.lang.ProcessEnvironment${kind}").getDeclaredMethod("valueOf", types)
-        value_of.setAccessible(True)
-        arguments = gateway.new_array(jvm.java.lang.Object, 1)
-        arguments[0] = text
-        return value_of.invoke(None, arguments)
-
-    key = wrapped("Variable", name)
-    before = environment.get(key)
-    environment.put(key, wrapped("Value", value))
-    assert jvm.java.lang.System.getenv(name) == value
-    try:
-        yield
-    finally:
-        if before is None:
-            environment.remove(key)
-        else:
-            environment.put(key, before)
-
-
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[RedisServer]:
     """This module's own redis-server: the blocks use the default prefix ``atlas_bus``."""
@@ -103,14 +66,9 @@ def private_redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
-def redis_env(spark: Any, private_redis: RedisServer) -> Iterator[str]:
-    """``$REDIS_URL`` names the module's server, for the driver and the JVM's Python workers."""
-    with (
-        pytest.MonkeyPatch.context() as patch,
-        jvm_environment(spark, "REDIS_URL", private_redis.url),
-    ):
-        patch.setenv("REDIS_URL", private_redis.url)
-        yield private_redis.url
+def redis_env(private_redis: RedisServer) -> str:
+    """The module's server's URL: what the blocks' "redis://bus-redis:6379/0" becomes."""
+    return private_redis.url
 
 
 @pytest.fixture
@@ -216,7 +174,9 @@ def decoded(spark: Any, redis_env: str, tmp_path_factory: pytest.TempPathFactory
     r.close()
 
     folder = tmp_path_factory.mktemp("source_dead_letters")
-    code = with_places(block("docs/dead-letters.md#0"), {TABLE: str(folder / "dead_letters")})
+    code = with_places(
+        block("docs/dead-letters.md#0"), {TABLE: str(folder / "dead_letters"), BUS: redis_env}
+    )
     (frame,) = run_block(code, {"spark": spark}, "docs/dead-letters.md#0")
     collector = BatchCollector(("id", "payload", "error"))
     run_available_now(frame, str(folder / "checkpoint"), collector).stop()
@@ -265,7 +225,7 @@ def order(n: int, customer: str, amount: float | None) -> dict[str, str]:
     return envelope("orders", n, payload=json.dumps(body))
 
 
-def test_with_dead_letters(spark: Any, bus: redis.Redis, tmp_path: Path) -> None:
+def test_with_dead_letters(spark: Any, bus: redis.Redis, redis_env: str, tmp_path: Path) -> None:
     """docs/dead-letters.md#1: orders of known customers with a positive amount are written
     to ``orders_enriched``; orders of unknown customers are recorded as ``unknown-customer``
     dead letters, and those failing the check as ``check-failed`` ones, each once."""
@@ -284,7 +244,11 @@ def test_with_dead_letters(spark: Any, bus: redis.Redis, tmp_path: Path) -> None
     )
     code = with_places(
         block("docs/dead-letters.md#1"),
-        {TABLE: str(tmp_path / "dead_letters"), "/checkpoints/orders": str(tmp_path / "cp")},
+        {
+            TABLE: str(tmp_path / "dead_letters"),
+            "/checkpoints/orders": str(tmp_path / "cp"),
+            BUS: redis_env,
+        },
     )
 
     with database_in(spark, tmp_path / "warehouse") as database:
@@ -482,7 +446,7 @@ class Gauge:
         return SimpleNamespace(set=lambda value: self.values.append((labels, value)))
 
 
-def test_lag_listener(spark: Any, bus: redis.Redis, tmp_path: Path) -> None:
+def test_lag_listener(spark: Any, bus: redis.Redis, redis_env: str, tmp_path: Path) -> None:
     """docs/operations.md#0: once the block has added its listener, a query reading 1,000
     entries 250 a batch sets the gauge to the entries behind after each batch."""
     publish(bus, "atlas_bus", "orders", 1000)
@@ -493,6 +457,7 @@ def test_lag_listener(spark: Any, bus: redis.Redis, tmp_path: Path) -> None:
         )
         query = (
             spark.readStream.format("atlasbus")
+            .option("url", redis_env)
             .option("topics", "orders")
             .option("maxEntriesPerTrigger", "250")
             .load()
@@ -536,13 +501,19 @@ def pending_bus(bus: redis.Redis) -> dict[tuple[str, str], tuple[str, int, bool,
     }
 
 
-def test_pending_entries(spark: Any, bus: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pending_entries(
+    spark: Any, bus: redis.Redis, redis_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """docs/operations.md#1 and #2: the pending read returns exactly the group's pending
     entries (holder, deliveries, deleted or not, the entry decoded); the summary counts them
     per topic and consumer."""
     expected = pending_bus(bus)
     namespace = {"spark": spark}
-    run_block(block("docs/operations.md#1"), namespace, "docs/operations.md#1")
+    run_block(
+        with_places(block("docs/operations.md#1"), {BUS: redis_env}),
+        namespace,
+        "docs/operations.md#1",
+    )
     pending = namespace["pending"]
     assert not pending.isStreaming
     assert pending.columns == PENDING_COLUMNS
@@ -583,12 +554,18 @@ def test_pending_entries(spark: Any, bus: redis.Redis, capsys: pytest.CaptureFix
     [("docs/operations.md#3", {"/data/dlq": "dlq"}), ("docs/operations.md#4", {})],
 )
 def test_lazy_streaming_frames(
-    spark: Any, bus: redis.Redis, tmp_path: Path, block_id: str, places: dict[str, str]
+    spark: Any,
+    bus: redis.Redis,
+    redis_env: str,
+    tmp_path: Path,
+    block_id: str,
+    places: dict[str, str],
 ) -> None:
     """docs/operations.md#3 (a sweep per trigger) and #4 (trigger pacing) only define a
     streaming DataFrame: their options are accepted, and it has the documented columns."""
     code = with_places(
-        block(block_id), {place: str(tmp_path / name) for place, name in places.items()}
+        block(block_id),
+        {BUS: redis_env, **{place: str(tmp_path / name) for place, name in places.items()}},
     )
     namespace = {"spark": spark}
     run_block(code, namespace, block_id)
@@ -609,7 +586,7 @@ def test_sink(
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the block sets it: put back after
     code = with_places(
         block("docs/sink.md#0"),
-        {"redis://bus-redis:6379/0": redis_env, "/checkpoints/enrich": str(tmp_path / "cp")},
+        {BUS: redis_env, "/checkpoints/enrich": str(tmp_path / "cp")},
     )
     with queries_drained(spark):
         run_block(code, {"spark": spark, "df": spark.range(3)}, "docs/sink.md#0")
