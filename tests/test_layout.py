@@ -7,6 +7,7 @@ from the source (``tests/import_graph.py``; ``python tests/import_graph.py`` pri
 
 from __future__ import annotations
 
+import ast
 import importlib
 
 import pytest
@@ -85,8 +86,6 @@ def test_the_core_never_imports_spark_or_the_adapter() -> None:
 
 
 def _imports_pyspark(module: Module) -> bool:
-    import ast
-
     tree = ast.parse(module.path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Import) and any(
