@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.replication import Replication
 from atlasbus.bus.subscription import Subscription
 from atlasbus.errors import ConfigurationError, OffsetError
 from atlasbus.model.entry_id import EntryId
@@ -74,6 +75,8 @@ class SourceOptions:
     sweep: SweepPolicy | None = None
     # Kafka's minPartitions: cut a batch into about this many tasks at least (by time).
     min_partitions: int | None = None
+    # minReplicas/replicaTimeout: plan only entries that many replicas acknowledged
+    replication: Replication | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         include_raw_fields=reader.boolean(keys.INCLUDE_RAW_FIELDS, False),
         page_size=reader.positive_int(keys.PAGE_SIZE, default=DEFAULT_PAGE_SIZE),
         dead_letter_table=shared.dead_letter_table,
+        replication=shared.replication,
         pacing=_parse_pacing(reader),
         trim_consumed=reader.boolean(keys.TRIM_CONSUMED, False),
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
