@@ -11,6 +11,7 @@ same address, and the server there says ``ROLE`` master.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,8 @@ from atlasbus.errors import ConfigurationError, RedisUnavailableError
 
 if TYPE_CHECKING:
     import redis
+
+log = logging.getLogger("atlasbus.sentinel")
 
 # How often to ask again while the Sentinels disagree or the master they name is not one yet.
 SETTLE_POLL_S = 0.1
@@ -183,8 +186,18 @@ def following_connection_class(base: type) -> type:
             deadline = time.monotonic() + locator.wait_s
             while True:
                 self.host, self.port = locator.settled_master()
-                super().connect(*args, **kwargs)
-                role = self._role()
+                try:
+                    super().connect(*args, **kwargs)
+                    role = self._role()
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    # a master that died: the Sentinels name it until they agree it is down
+                    # (their down-after-milliseconds) and have promoted a replica
+                    self.disconnect()
+                    if time.monotonic() >= deadline:
+                        raise
+                    log.info("the %s at %s:%s: %s", locator.description, self.host, self.port, exc)
+                    time.sleep(SETTLE_POLL_S)
+                    continue
                 if role == "master":
                     return
                 self.disconnect()
