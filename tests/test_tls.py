@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import redis
 
-from atlasbus.bus.connection import forget_clients
+from atlasbus.bus.connection import RedisEndpoint, forget_clients
 from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.errors import RedisUnavailableError
 from atlasbus.sandbox.redis_server import RedisServer, find_redis_server, tls_unsupported_reason
 from conftest import in_ci
 from helpers import (
@@ -278,3 +279,34 @@ def test_missing_ca_file_is_named(spark: Any, tls_server: RedisServer, tmp_path:
     )
     assert str(missing) in message or "ssl_ca_certs" in message, message
     assert "Check that the server is running" not in message, message
+
+
+def test_a_tls_sentinel_names_the_tls_master_and_both_are_verified(
+    tls_server: RedisServer, certs: Certificates, r_tls: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """``rediss+sentinel://``: TLS to the Sentinels and to the master they name, with the same
+    ``ssl_*`` parameters; a wrong CA fails on the Sentinels, before any data moves."""
+    config = tmp_path / "sentinel.conf"
+    config.write_text(f"sentinel monitor bus 127.0.0.1 {tls_server.port} 1\ntls-replication yes\n")
+    with RedisServer(
+        config_file=config,
+        extra_args=["--sentinel"],
+        tls_cert_file=certs.server.cert,
+        tls_key_file=certs.server.key,
+        tls_ca_cert_file=certs.ca,
+        tls_auth_clients="no",
+    ) as sentinel:
+        url = f"rediss+sentinel://127.0.0.1:{sentinel.port}/bus/0"
+        verified = f"{url}?ssl_cert_reqs=required&ssl_ca_certs={certs.ca}"
+        endpoint = RedisEndpoint.from_options(verified, None, None)
+        endpoint.client().xadd(f"{prefix}:t", {"n": "1"})
+        assert r_tls.xlen(f"{prefix}:t") == 1
+        assert (
+            endpoint.description
+            == f"master 'bus' of the Sentinels at 127.0.0.1:{sentinel.port} (TLS)"
+        )
+        wrong_ca = f"{url}?ssl_cert_reqs=required&ssl_ca_certs={certs.server.cert}"
+        endpoint = RedisEndpoint.from_options(wrong_ca + "&socket_timeout=1", None, None)
+        with pytest.raises(RedisUnavailableError) as refused:
+            endpoint.client()
+    assert "certificate verify failed" in str(refused.value)
