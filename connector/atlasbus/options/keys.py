@@ -38,6 +38,7 @@ SWEEP_GROUP = "sweepGroup"
 SWEEP_MAX_DELIVERIES = "sweepMaxDeliveries"
 SWEEP_MIN_IDLE = "sweepMinIdle"
 SWEEP_DELETE = "sweepDelete"
+FILTER_PUSHDOWN = "filterPushdown"
 
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_SWEEP_MIN_IDLE_MS = 60 * 1000
@@ -70,6 +71,7 @@ SOURCE_OPTIONS = (
     SWEEP_MAX_DELIVERIES,
     SWEEP_MIN_IDLE,
     SWEEP_DELETE,
+    FILTER_PUSHDOWN,
 )
 
 # Spark adds these to a read's options itself; they are not ours to refuse.

@@ -74,6 +74,8 @@ class SourceOptions:
     sweep: SweepPolicy | None = None
     # Kafka's minPartitions: cut a batch into about this many tasks at least (by time).
     min_partitions: int | None = None
+    # Batch reads: apply the filters Spark pushes (docs/options.md, "Filtering batch reads").
+    filter_pushdown: bool = True
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
         sweep=_parse_sweep(reader, shared.dead_letter_table),
         min_partitions=reader.positive_int(keys.MIN_PARTITIONS),
+        filter_pushdown=reader.boolean(keys.FILTER_PUSHDOWN, True),
     )
     _refuse_what_pending_ignores(parsed)
     if parsed.dead_letter_table is not None and parsed.format == "raw":
