@@ -249,3 +249,55 @@ def test_without_spark_s_pushdown_setting_a_filtered_read_reads_everything_as_be
     expected = [f"{ms}-{seq}" for t, ms, seq in entries if t == "orders" and ms < T0 + 50]
     assert [row[2] for row in rows] == sorted(expected) and len(expected) == 7
     assert commands.entries_read(r, reads_only=True) == len(entries)
+
+
+@pytest.fixture(scope="module")
+def pending_bus(bus: tuple[str, list[Entry]], redis_url: str) -> str:
+    """Group ``billing`` on both streams: 200 orders and 40 payments delivered, none
+    acknowledged, and a pending order of 20.600 deleted (its row keeps its ID's time)."""
+    prefix, _ = bus
+    client = redis.Redis.from_url(redis_url)
+    for topic, count in (("orders", 200), ("payments", 40)):
+        client.xgroup_create(f"{prefix}:{topic}", "billing", id="0")
+        client.xreadgroup("billing", "w1", {f"{prefix}:{topic}": ">"}, count=count)
+    client.xdel(f"{prefix}:orders", f"{T0 + 600}-0")
+    client.close()
+    return prefix
+
+
+PENDING_CASES = [
+    ("time window", "timestamp >= '{DAY}20.500' and timestamp < '{DAY}20.800'", 500, 799),
+    ("orders only", "topic = 'orders' and timestamp < '{DAY}20.300'", 0, 299),
+    ("an id", f"id = '{T0 + 610}-1'", 610, 610),
+]
+
+
+@pytest.mark.parametrize(("name", "where", "first", "last"), PENDING_CASES)
+def test_pending_entries_pushed_equal_unpushed_and_list_only_the_window(
+    pushdown_on: Any,
+    r: redis.Redis,
+    redis_url: str,
+    pending_bus: str,
+    name: str,
+    where: str,
+    first: int,
+    last: int,
+) -> None:
+    prefix = pending_bus
+    where = where.replace("{DAY}", DAY)
+
+    def pending(**options: str) -> list[tuple[Any, ...]]:
+        frame = load(pushdown_on, redis_url, prefix, pendingOf="billing", **options)
+        return rows_of(frame.where(where).drop("idle_ms"))
+
+    with Monitor(redis_url) as pushed_commands:
+        pushed = pending()
+    plain = pending(filterPushdown="false")
+    assert pushed == plain and len(pushed) > 0
+    listed = [c.split(" ") for c in pushed_commands.commands if c.startswith("XPENDING")]
+    fetched = [c for c in pushed_commands.commands if c.startswith("XRANGE")]
+    # every list is read from the window's start to its end, and only its entries fetched
+    ranged = [c for c in listed if len(c) > 3]
+    assert ranged and all(c[4].startswith(str(T0 + last)) for c in ranged)
+    assert all(c[3] == "-" or int(c[3].strip("(").split("-")[0]) >= T0 + first - 10 for c in ranged)
+    assert len(fetched) == len(pushed)  # one XRANGE per pending entry listed

@@ -120,8 +120,13 @@ class AtlasbusDataSource(DataSource):
         require_batch_compatible(options)
         filtering = options.filter_pushdown and planning_with_filters()
         if options.pending_of is not None:
-            from pyspark_atlasbus.pending_reader import AtlasbusPendingReader
+            from pyspark_atlasbus.pending_reader import (
+                AtlasbusFilteringPendingReader,
+                AtlasbusPendingReader,
+            )
 
+            if filtering:
+                return AtlasbusFilteringPendingReader(options)
             return AtlasbusPendingReader(options)
         if filtering:
             return AtlasbusFilteringBatchReader(options)
