@@ -176,7 +176,9 @@ def xrange_calls(client: Any) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("xrange", "xrevrange"))
 
 
-def timed_read(spark: Any, url: str, where: str, pushdown: bool, keys: np.ndarray) -> dict[str, Any]:
+def timed_read(
+    spark: Any, url: str, where: str, pushdown: bool, keys: np.ndarray
+) -> dict[str, Any]:
     """One query's seconds, rows and the entries Redis returned to it."""
     import redis
 
@@ -195,7 +197,7 @@ def timed_read(spark: Any, url: str, where: str, pushdown: bool, keys: np.ndarra
         started = time.perf_counter()
         rows = frame.count()
         seconds = time.perf_counter() - started
-    calls = xrange_calls(client) - calls_before - 0
+    calls = xrange_calls(client) - calls_before
     tasks = [p for p in monitor.commands if p[-2:] == ["COUNT", str(PAGE)]]
     planning = [p for p in monitor.commands if p[-2:] != ["COUNT", str(PAGE)]]
     client.close()
@@ -253,7 +255,9 @@ def main() -> None:
 
     summary = {}
     print(f"\n{args.rows:,} entries over {args.minutes} min; window {where}: {in_window:,} rows")
-    print(f"{'read':<13}{'median s':>10}{'best s':>9}{'task reads':>13}{'planning':>11}{'XRANGEs':>9}")
+    print(
+        f"{'read':<13}{'median s':>10}{'best s':>9}{'task reads':>13}{'planning':>11}{'XRANGEs':>9}"
+    )
     for name, measured in runs.items():
         seconds = [m["seconds"] for m in measured]
         last = measured[-1]
