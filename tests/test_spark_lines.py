@@ -36,6 +36,44 @@ def test_this_line_is_one_atlasbus_supports() -> None:
     from pyspark_atlasbus.spark_features import ADMISSION_CONTROL as detected
 
     assert detected is ADMISSION_CONTROL
+    from pyspark_atlasbus.spark_features import FILTER_PUSHDOWN
+
+    if LINE >= (4, 2):
+        assert FILTER_PUSHDOWN  # 4.0 has no DataSourceReader.pushFilters; 4.1 is not claimed
+    elif LINE == (4, 0):
+        assert not FILTER_PUSHDOWN
+
+
+@pytest.mark.parametrize("pushdown_setting", ["true", "false"])
+def test_a_filtered_batch_read_gives_exact_rows_with_spark_s_pushdown_setting_on_or_off(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, capsys: Any, pushdown_setting: str
+) -> None:
+    """On every line, with spark.sql.python.filterPushdown.enabled on or off, a filtered read
+    gives the filtered rows; the filters are pushed where the line can (docs/options.md)."""
+    from pyspark_atlasbus.spark_features import FILTER_PUSHDOWN
+
+    ids = publish(r, prefix, "orders", 60)
+    publish(r, prefix, "payments", 10)
+    conf = "spark.sql.python.filterPushdown.enabled"
+    before = spark.conf.get(conf, "false")
+    spark.conf.set(conf, pushdown_setting)
+    try:
+        frame = (
+            spark.read.format("atlasbus")
+            .option("url", redis_url)
+            .option("streamPrefix", prefix)
+            .option("topics", "orders,payments")
+            .load()
+            .where(f"topic = 'orders' and id = '{ids[7]}'")
+        )
+        rows = frame.select("id", "payload").collect()
+        frame.explain("formatted")
+    finally:
+        spark.conf.set(conf, before)
+    assert [row["id"] for row in rows] == [ids[7]]
+    assert payload_numbers(rows) == [7]
+    pushed = "EqualTo(topic,orders)" in capsys.readouterr().out
+    assert pushed is (FILTER_PUSHDOWN and pushdown_setting == "true")
 
 
 def test_a_batch_read_gives_exact_rows(
