@@ -36,6 +36,7 @@ from atlasbus.planning.pushdown import (
     after_time,
     canonical_id,
     narrow,
+    text_bounds,
     upto_time,
 )
 from pyspark_atlasbus.batch_reader import AtlasbusFilteringBatchReader
@@ -78,6 +79,31 @@ def test_canonical_ids_are_the_texts_redis_writes() -> None:
     for text in ("07-0", "7", "7-", "-7", " 7-0", "7-0 ", "7-00", "+7-0", "7-0-0", "٣-0", ""):
         assert canonical_id(text) is None, text
     assert canonical_id(f"{2**64}-0") is None
+
+
+TEXT_OPS = {
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+}
+
+
+@pytest.mark.parametrize("op", sorted(TEXT_OPS))
+def test_text_bounds_hold_every_id_whose_text_passes(op: str) -> None:
+    """Every ID of 3-digit ms: an ``id`` text passing the comparison lies in the bounds."""
+    texts = ["150", "150-3", "150-", "15", "1", "15a", "999-99", "100", "099-1", "abc", "", "-"]
+    texts += ["500-10", "500-9", "5000", "٣٣٣", "1500-0"]
+    narrowed = 0
+    for text in texts:
+        after, upto = text_bounds(((op, text),), 100, 999)
+        narrowed += (after, upto) != (ZERO, MAX_ID)
+        for ms, seq in itertools.product(range(100, 1000), (0, 9, 10)):
+            if TEXT_OPS[op](f"{ms}-{seq}", text):
+                assert after < EntryId(ms, seq) <= upto, (text, ms, seq)
+    assert narrowed == 10  # the texts whose first 3 characters are ASCII digits
+    # IDs whose ms have different numbers of digits: nothing is narrowed
+    assert text_bounds(((op, "150-0"),), 99, 150) == (ZERO, MAX_ID)
 
 
 def test_bounds_intersect_and_keep_streams() -> None:

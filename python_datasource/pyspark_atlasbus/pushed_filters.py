@@ -10,7 +10,9 @@ are docs/options.md's "Filtering batch reads":
   value, and Spark checks;
 - ``id``: ``=``, ``<=>`` (a canonical ``ms-seq``; any other text matches no entry) and
   ``IS NOT NULL``: exact; ``IN``: narrows to its least and greatest ID, and Spark checks.
-  ``<``, ``>``, ``LIKE`` compare text, not IDs (``'10-0' < '9-0'``): left to Spark;
+  ``<``, ``<=``, ``>``, ``>=`` compare text, not IDs (``'10-0' < '9-0'``): they narrow a
+  stream whose IDs read all have as many ms digits (``pushdown.text_bounds``), and Spark
+  checks;
 - ``topic``, ``stream``: ``=``, ``<=>``, ``IN`` with text, and ``IS NOT NULL``: exact;
 - anything else (``NOT``, other columns, other operators, other value types): Spark's.
 """
@@ -50,6 +52,8 @@ _NOTHING = PushedBounds(after=MAX_ID, upto=ZERO)
 _NON_NULL_TIME = PushedBounds(upto=EntryId(LAST_TIMESTAMP_MS, MAX_SEQ))
 """The IDs whose ``timestamp`` is not null: what any comparison with it needs."""
 
+_TEXT_OPS = {GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
+
 NEVER_NULL = ("topic", "stream", "id")
 """Columns no row leaves null: ``IS NOT NULL`` on them holds for every row."""
 
@@ -83,6 +87,8 @@ def _intersect(a: PushedBounds, b: PushedBounds) -> PushedBounds:
         both = both.with_topics(b.topics)
     if b.streams is not None:
         both = both.with_streams(b.streams)
+    for op, text in b.id_text:
+        both = both.with_id_text(op, text)
     return both
 
 
@@ -154,8 +160,13 @@ def _id_bounds(one: Filter) -> tuple[PushedBounds, bool] | None:
         values = (one.value,)
     elif isinstance(one, In):
         values = one.value
+    elif isinstance(one, GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
+        # text order, not ID order ('10-0' < '9-0'): a superset where the ms digits agree
+        if not isinstance(one.value, str):
+            return None
+        return PushedBounds().with_id_text(_TEXT_OPS[type(one)], one.value), False
     else:
-        return None  # text comparisons: '10-0' < '9-0'
+        return None
     texts = list(values)
     if not texts or not all(isinstance(t, str) for t in texts):
         return None

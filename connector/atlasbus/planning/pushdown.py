@@ -16,7 +16,7 @@ comparison, so every time bound also caps the range there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.model.entry_id import MAX_SEQ, ZERO, EntryId
@@ -42,6 +42,9 @@ class PushedBounds:
     upto: EntryId = MAX_ID
     topics: frozenset[str] | None = None
     streams: frozenset[str] | None = None
+    # ``id`` compared as text (``(">", "1700000000000-5")``...): a superset per stream, where
+    # every ID read has as many ms digits (``text_bounds``); Spark checks the rows.
+    id_text: tuple[tuple[str, str], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -55,17 +58,21 @@ class PushedBounds:
 
     def with_ids(self, *, after: EntryId = ZERO, upto: EntryId = MAX_ID) -> PushedBounds:
         """These bounds and IDs in ``(after, upto]`` too (the intersection)."""
-        return PushedBounds(max(self.after, after), min(self.upto, upto), self.topics, self.streams)
+        return replace(self, after=max(self.after, after), upto=min(self.upto, upto))
 
     def with_topics(self, topics: Iterable[str]) -> PushedBounds:
         """These bounds and only the streams of ``topics`` too."""
         kept = frozenset(topics) if self.topics is None else self.topics & frozenset(topics)
-        return PushedBounds(self.after, self.upto, kept, self.streams)
+        return replace(self, topics=kept)
 
     def with_streams(self, streams: Iterable[str]) -> PushedBounds:
         """These bounds and only the stream keys ``streams`` too."""
         kept = frozenset(streams) if self.streams is None else self.streams & frozenset(streams)
-        return PushedBounds(self.after, self.upto, self.topics, kept)
+        return replace(self, streams=kept)
+
+    def with_id_text(self, op: str, text: str) -> PushedBounds:
+        """These bounds and ``id <op> text`` (text order) too: see ``text_bounds``."""
+        return replace(self, id_text=(*self.id_text, (op, text)))
 
     def keeps(self, stream: str, topic: str) -> bool:
         """Whether entries of ``stream`` (carrying ``topic``) can pass at all."""
@@ -87,6 +94,7 @@ class PushedBounds:
             parts.append(f"topics {sorted(self.topics)}")
         if self.streams is not None:
             parts.append(f"streams {sorted(self.streams)}")
+        parts.extend(f"id {op} {text!r} (as text)" for op, text in self.id_text)
         return ", ".join(parts) or "everything"
 
 
@@ -133,6 +141,36 @@ def canonical_id(text: str) -> EntryId | None:
     return entry
 
 
+_DIGITS = frozenset("0123456789")
+
+
+def text_bounds(
+    id_text: tuple[tuple[str, str], ...], lowest_ms: int, highest_ms: int
+) -> tuple[EntryId, EntryId]:
+    """``(after, upto)`` holding every ID whose ``id`` text passes ``id_text``: a superset.
+
+    Only for IDs whose ms all have D digits (``lowest_ms`` and ``highest_ms`` have as many);
+    else nothing is narrowed. An ``id`` reads ``M-Q``, M of D digits; against a text whose
+    first D characters are ASCII digits P, the first D characters decide unless M == P, so
+    ``id > text`` (or ``>=``) needs ``M >= P``, ``id < text`` (or ``<=``) needs ``M <= P``.
+    Any other text (shorter, or not digits there) narrows nothing.
+    """
+    after, upto = ZERO, MAX_ID
+    digits = len(str(lowest_ms))
+    if digits != len(str(highest_ms)):
+        return after, upto
+    for op, text in id_text:
+        head = text[:digits]
+        if len(head) < digits or not set(head) <= _DIGITS:
+            continue
+        ms = int(head)
+        if op in (">", ">="):
+            after = max(after, EntryId(ms, 0).predecessor())
+        elif op in ("<", "<="):
+            upto = min(upto, EntryId(ms, MAX_SEQ))
+    return after, upto
+
+
 def narrow(
     bounds: PushedBounds,
     start: Mapping[str, EntryId],
@@ -176,6 +214,8 @@ def pushed_offsets(
     past it: no entry can be added below that any more, so the entries read are the same.
     """
     new_start, new_end = narrow(bounds, start, end, topic_of)
+    if bounds.id_text:
+        _narrow_by_text(catalog, bounds.id_text, new_start, new_end)
     moved = [s for s, p in new_start.items() if p != start.get(s, ZERO) and new_end[s] > p]
     infos = catalog.info(moved) if moved else {}
     moved = [
@@ -189,3 +229,27 @@ def pushed_offsets(
         else:
             new_start[stream] = entry
     return new_start, new_end
+
+
+def _narrow_by_text(
+    catalog: StreamCatalog,
+    id_text: tuple[tuple[str, str], ...],
+    start: dict[str, EntryId],
+    end: dict[str, EntryId],
+) -> None:
+    """Each stream's range within ``text_bounds`` of the IDs it can read; one XINFO for all.
+
+    The IDs read lie between the later of the range's start and the stream's first entry
+    (nothing can be added below its newest ID) and the range's end.
+    """
+    streams = [s for s in end if end[s] > start.get(s, ZERO)]
+    infos = catalog.info(streams) if streams else {}
+    for stream in streams:
+        info = infos[stream]
+        if info is None or info.first is None:
+            continue
+        lowest = max(start.get(stream, ZERO), info.first)
+        after, upto = text_bounds(id_text, lowest.ms, end[stream].ms)
+        if after > start.get(stream, ZERO):
+            start[stream] = after
+        end[stream] = max(min(end[stream], upto), start.get(stream, ZERO))
