@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 
 import pytest
 import redis
@@ -28,7 +29,11 @@ from pyspark.sql.datasource import (
 from atlasbus.decoding import decoder
 from atlasbus.errors import ConfigurationError, DataLossError
 from atlasbus.model.entry_id import MAX_SEQ, ZERO, EntryId
-from atlasbus.options.source import parse_source_options
+from atlasbus.options.source import (
+    parse_source_options,
+    require_batch_compatible,
+    require_streaming_compatible,
+)
 from atlasbus.planning.pushdown import (
     LAST_TIMESTAMP_MS,
     MAX_ID,
@@ -195,10 +200,18 @@ def test_each_filter_narrows_exactly_or_goes_back_to_spark(
     assert pushed.to_spark == ([] if exact else [one])
 
 
-def test_filter_pushdown_option_is_a_checked_boolean() -> None:
+def test_filter_pushdown_option_is_a_checked_boolean_for_batch_reads() -> None:
     base = {"url": "redis://localhost:1/0", "topics": "a"}
-    assert parse_source_options(base).filter_pushdown is True
+    assert parse_source_options(base).filter_pushdown is None  # not given: on
     assert parse_source_options({**base, "FILTERPUSHDOWN": " False "}).filter_pushdown is False
+    given = parse_source_options({**base, "filterPushdown": "true"})
+    assert given.filter_pushdown is True
+    require_batch_compatible(given)
+    with pytest.raises(
+        ConfigurationError,
+        match=re.escape("option 'filterPushdown' is for batch reads (spark.read) only"),
+    ):
+        require_streaming_compatible(given)
     with pytest.raises(
         ConfigurationError, match="option 'filterPushdown' must be 'true' or 'false', got 'no'"
     ):

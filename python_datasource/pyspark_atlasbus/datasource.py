@@ -118,7 +118,7 @@ class AtlasbusDataSource(DataSource):
 
         options = self._source_options()
         require_batch_compatible(options)
-        filtering = options.filter_pushdown and planning_with_filters()
+        filtering = options.filter_pushdown is not False and planning_with_filters()
         if options.pending_of is not None:
             from pyspark_atlasbus.pending_reader import (
                 AtlasbusFilteringPendingReader,
