@@ -82,21 +82,6 @@ class PushedBounds:
             return False
         return self.streams is None or stream in self.streams
 
-    def describe(self) -> str:
-        """The bounds in words, for the reader's repr (never an option's secret)."""
-        if self.empty:
-            return "nothing"
-        parts = []
-        if self.after != ZERO or self.upto != MAX_ID:
-            upper = "" if self.upto == MAX_ID else f"{self.upto}"
-            parts.append(f"ids ({self.after}, {upper}]")
-        if self.topics is not None:
-            parts.append(f"topics {sorted(self.topics)}")
-        if self.streams is not None:
-            parts.append(f"streams {sorted(self.streams)}")
-        parts.extend(f"id {op} {text!r} (as text)" for op, text in self.id_text)
-        return ", ".join(parts) or "everything"
-
 
 def after_time(micros: int, *, inclusive: bool) -> EntryId:
     """The ``after`` bound of ``timestamp > micros`` (``>=`` when ``inclusive``): exact.
