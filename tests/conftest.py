@@ -70,6 +70,7 @@ SLOW_FILES: frozenset[str] = frozenset(
         "test_operations_under_crash.py",
         "test_redis_restart.py",
         "test_redis_topologies.py",  # a 6-node cluster and a Sentinel set-up, twice each
+        "test_sentinel_failover.py",  # a Sentinel set-up failed over under a running query
         "test_sink_dead_letters_under_crash.py",
         "test_spark_lines.py",
     }

@@ -18,18 +18,21 @@ from atlasbus.errors import ConfigurationError
 from atlasbus.options.sink import parse_sink_options
 from atlasbus.options.source import parse_source_options
 
-URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+URL_FORM = (
+    "redis://[user:password@]host[:port][/db], rediss://... (TLS), unix:///path/to.sock or "
+    "redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]"
+)
 MAX = 2**63 - 1
 SOURCE_ACCEPTED = (
-    "deadLetterTable, endingOffsets, failOnDataLoss, format, group, includeRawFields, "
+    "deadLetterTable, endingOffsets, failOnDataLoss, filterPushdown, format, group, includeRawFields, "
     "maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, minEntriesPerTrigger, "
-    "minPartitions, pageSize, password, pendingOf, startingOffsets, startingTimestamp, streamPrefix, streams, "
+    "minPartitions, minReplicas, pageSize, password, pendingOf, replicaTimeout, startingOffsets, startingTimestamp, streamPrefix, streams, "
     "sweepDelete, sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, "
     "trimConsumed, url, username"
 )
 URL_PARAMETERS = (
     "client_name, db, health_check_interval, max_connections, password, protocol, "
-    "socket_connect_timeout, socket_keepalive, socket_timeout, ssl_ca_certs, ssl_ca_path, "
+    "sentinel_password, sentinel_username, socket_connect_timeout, socket_keepalive, socket_timeout, ssl_ca_certs, ssl_ca_path, "
     "ssl_cert_reqs, ssl_certfile, ssl_check_hostname, ssl_keyfile, ssl_min_version, "
     "ssl_password, username"
 )
@@ -37,12 +40,12 @@ URL_PARAMETERS = (
 BAD_URLS = [
     (
         "redis:/x",
-        "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, got "
+        "option 'url' must be a Redis URL starting with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://, got "
         f"'redis:/x'; accepted: {URL_FORM}",
     ),
     (
         "http://h:6379",
-        "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, got "
+        "option 'url' must be a Redis URL starting with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://, got "
         f"http://...; accepted: {URL_FORM}",
     ),
     (

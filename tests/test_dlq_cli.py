@@ -64,8 +64,9 @@ def table(tmp_path: Path) -> str:
 # --- errors: one line, exit status 2, the command line's words -----------------------------------
 
 URL_RULE = (
-    "must be a Redis URL starting with redis://, rediss:// or unix://, got http://...; accepted: "
-    "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+    "must be a Redis URL starting with redis://, rediss://, unix://, redis+sentinel:// or "
+    "rediss+sentinel://, got http://...; accepted: redis://[user:password@]host[:port][/db], "
+    "rediss://... (TLS), unix:///path/to.sock or redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]"
 )
 VALID = ", ".join(COLUMNS)
 

@@ -134,14 +134,16 @@ def test_all_options_parsed() -> None:
         ({"streamPrefix": ""}, "option 'streamPrefix' must not be empty"),
         (
             {"url": "http://x"},
-            "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, "
-            "got http://...; accepted: redis://[user:password@]host[:port][/db], rediss://... "
-            "(TLS) or unix:///path/to.sock",
+            "option 'url' must be a Redis URL starting with redis://, rediss://, unix://, "
+            "redis+sentinel:// or rediss+sentinel://, got http://...; accepted: "
+            "redis://[user:password@]host[:port][/db], "
+            "rediss://... (TLS), unix:///path/to.sock or redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]",
         ),
         (
             {"maxlength": "5"},
             "unknown option 'maxlength' (named in lower case, as Spark hands options over). Did you mean 'maxLen'? Accepted options: "
-            "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, "
+            "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, minReplicas, password, "
+            "replicaTimeout, streamPrefix, "
             "topic, url, username",
         ),
         ({"deadLetterTable": ""}, "option 'deadLetterTable' must not be empty"),

@@ -78,7 +78,15 @@ def test_source_and_sink_parse_the_shared_options_alike() -> None:
 
 
 def test_every_shared_key_is_accepted_by_both() -> None:
-    shared = {keys.URL, keys.USERNAME, keys.PASSWORD, keys.STREAM_PREFIX, keys.DEAD_LETTER_TABLE}
+    shared = {
+        keys.URL,
+        keys.USERNAME,
+        keys.PASSWORD,
+        keys.STREAM_PREFIX,
+        keys.DEAD_LETTER_TABLE,
+        keys.MIN_REPLICAS,
+        keys.REPLICA_TIMEOUT,
+    }
     assert shared <= set(keys.SOURCE_OPTIONS)
     assert shared <= set(keys.SINK_OPTIONS)
     assert set(keys.SOURCE_OPTIONS) & set(keys.SINK_OPTIONS) == shared

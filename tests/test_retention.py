@@ -486,9 +486,10 @@ def test_cli_errors_are_one_line_without_the_password(
     cases = [
         (
             ["--url", "http://example.com", "--prefix", prefix],
-            "atlasbus trim: error: --url must be a Redis URL starting with redis://, rediss:// "
-            "or unix://, got http://...; accepted: redis://[user:password@]host[:port][/db], "
-            "rediss://... (TLS) or unix:///path/to.sock",
+            "atlasbus trim: error: --url must be a Redis URL starting with redis://, rediss://, "
+            "unix://, redis+sentinel:// or rediss+sentinel://, got http://...; accepted: "
+            "redis://[user:password@]host[:port][/db], "
+            "rediss://... (TLS), unix:///path/to.sock or redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]",
         ),
         (
             ["--url", redis_url, "--prefix", prefix, "--topics", "config"],

@@ -134,8 +134,9 @@ def test_a_sentinel_is_refused_with_where_to_point_instead(
     assert (code, out) == (2, "")
     assert err == (
         f"atlasbus status: error: Redis at 127.0.0.1:{sentinel} is a Sentinel, which holds no "
-        "streams: point --url (or $REDIS_URL) at the primary it monitors (SENTINEL "
-        "GET-MASTER-ADDR-BY-NAME <name> tells its address)\n"
+        "streams: name the Sentinels and the master they watch in --url (or $REDIS_URL), "
+        "redis+sentinel://sentinel1:26379,sentinel2:26379/<master-name> (SENTINEL MASTERS lists "
+        "the names), so atlasbus follows the master across failovers\n"
     )
     endpoint = RedisEndpoint.from_options(f"redis://127.0.0.1:{sentinel}/0", None, None)
     with pytest.raises(ConfigurationError, match="is a Sentinel, which holds no streams"):

@@ -12,10 +12,13 @@ from atlasbus.options import keys
 from atlasbus.options.sink import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RULE, parse_sink_options
 
 URL = "redis://127.0.0.1:1/0"
-URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+URL_FORM = (
+    "redis://[user:password@]host[:port][/db], rediss://... (TLS), unix:///path/to.sock or "
+    "redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]"
+)
 ACCEPTED = (
-    "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, password, streamPrefix, topic, "
-    "url, username"
+    "deadLetterTable, exactlyOnce, maxLen, maxMessageBytes, minReplicas, password, "
+    "replicaTimeout, streamPrefix, topic, url, username"
 )
 
 BAD_OPTIONS = [
@@ -50,8 +53,8 @@ BAD_OPTIONS = [
     ({"StreamPrefix": " "}, "option 'streamPrefix' must not be empty"),
     (
         {"url": "http://x"},
-        "option 'url' must be a Redis URL starting with redis://, rediss:// or unix://, "
-        f"got http://...; accepted: {URL_FORM}",
+        "option 'url' must be a Redis URL starting with redis://, rediss://, unix://, "
+        f"redis+sentinel:// or rediss+sentinel://, got http://...; accepted: {URL_FORM}",
     ),
     (
         {"url": "redis://h:port/0"},

@@ -789,8 +789,9 @@ def test_bad_url_from_the_environment(
     assert (code, out) == (2, "")
     assert err == (
         "atlasbus status: error: $REDIS_URL must be a Redis URL starting with redis://, "
-        "rediss:// or unix://, got http://...; accepted: redis://[user:password@]host[:port][/db]"
-        ", rediss://... (TLS) or unix:///path/to.sock\n"
+        "rediss://, unix://, redis+sentinel:// or rediss+sentinel://, got http://...; accepted: "
+        "redis://[user:password@]host[:port][/db], "
+        "rediss://... (TLS), unix:///path/to.sock or redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]\n"
     )
     assert SECRET not in err
 

@@ -138,7 +138,7 @@ def test_the_unknown_parameter_error_names_it_and_lists_the_accepted_ones() -> N
     assert str(caught.value) == (
         "option 'url' has unknown query parameter 'passwd', got 'redis://h:6379/0?passwd=***'; "
         "accepted parameters: client_name, db, health_check_interval, max_connections, password, "
-        "protocol, socket_connect_timeout, socket_keepalive, socket_timeout, ssl_ca_certs, "
+        "protocol, sentinel_password, sentinel_username, socket_connect_timeout, socket_keepalive, socket_timeout, ssl_ca_certs, "
         "ssl_ca_path, ssl_cert_reqs, ssl_certfile, ssl_check_hostname, ssl_keyfile, "
         "ssl_min_version, ssl_password, username"
     )

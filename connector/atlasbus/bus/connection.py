@@ -9,13 +9,14 @@ reuses Python workers: opening a connection per task would cost a round trip or 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit
 
 from atlasbus.bus.redis_url import (
@@ -25,17 +26,28 @@ from atlasbus.bus.redis_url import (
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_URL,
     READ_TIMEOUT_PARAM,
+    SENTINEL_SCHEMES,
     checked_url,
     hidden_value_spans,
     joined_url,
     query_credential,
+    sentinel_parts,
 )
 from atlasbus.bus.redis_url import shown_url as shown_url  # its home before redis_url
+from atlasbus.bus.sentinel import (
+    MasterLocator,
+    connection_is_on,
+    follow_master,
+    on_current_master,
+)
 from atlasbus.errors import ConfigurationError, RedisPermissionError, RedisUnavailableError
 from atlasbus.option_names import named
 
 if TYPE_CHECKING:
     import redis
+
+log = logging.getLogger("atlasbus.connection")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -86,9 +98,20 @@ class RedisEndpoint:
         )
 
     @property
+    def is_sentinel(self) -> bool:
+        """The URL names Sentinels and a master (``redis+sentinel://``), not a server."""
+        return urlsplit(self.url).scheme.lower() in SENTINEL_SCHEMES
+
+    @property
     def description(self) -> str:
-        """Where the server is, safe to print: ``host:port`` or the socket path."""
+        """Where the server is, safe to print: ``host:port``, the socket path, or the master's
+        name and its Sentinels."""
         parts = urlsplit(self.url)
+        if self.is_sentinel:
+            named = sentinel_parts(self.url)
+            where = ",".join(f"{host}:{port}" for host, port in named.sentinels)
+            tls = " (TLS)" if parts.scheme.lower() == "rediss+sentinel" else ""
+            return f"master {named.master_name!r} of the Sentinels at {where}{tls}"
         if parts.scheme.lower() == "unix":
             return f"unix socket {parts.path}"
         tls = " (TLS)" if parts.scheme.lower() == "rediss" else ""
@@ -124,6 +147,8 @@ class RedisEndpoint:
     @property
     def database(self) -> int:
         """The database index the URL selects (``?db=`` wins over the path, as in redis-py)."""
+        if self.is_sentinel:
+            return sentinel_parts(self.url).database
         parts = urlsplit(self.url)
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         if "db" in query:
@@ -157,14 +182,27 @@ class RedisEndpoint:
         key = self._key()
         with _clients_lock:
             existing = _clients.get(key)
-        if existing is not None:
-            return existing
-        created = self._connect()
-        with _clients_lock:
-            existing = _clients.setdefault(key, created)
-        if existing is not created:
-            created.close()
+        if existing is None:
+            created = self._connect()
+            with _clients_lock:
+                existing = _clients.setdefault(key, created)
+            if existing is not created:
+                created.close()
+        elif self.is_sentinel:  # a failover since the last use moves every connection
+            with translate_errors(self):
+                on_current_master(
+                    existing, existing.connection_pool.connection_kwargs["master_locator"]
+                )
         return existing
+
+    def master_moved_from(self, connection: Any) -> bool:
+        """Whether the Sentinels now name another master than the one ``connection`` is on
+        (False for a URL naming one server)."""
+        if not self.is_sentinel:
+            return False
+        locator = self.client().connection_pool.connection_kwargs["master_locator"]
+        with translate_errors(self):
+            return not connection_is_on(connection, locator.settled_master())
 
     def _key(self) -> tuple[object, ...]:
         return (self.url, self.username, self.password, self.connect_timeout, self.read_timeout)
@@ -186,9 +224,17 @@ class RedisEndpoint:
             for name, value in parse_qsl(parts.query, keep_blank_values=True)
             if name not in (CONNECT_TIMEOUT_PARAM, READ_TIMEOUT_PARAM, *CREDENTIAL_PARAMS)
         ]
-        bare_url = joined_url(
-            parts.scheme.lower(), netloc, parts.path, urlencode(query), parts.fragment
-        )
+        locator = None
+        scheme, path = parts.scheme.lower(), parts.path
+        if self.is_sentinel:
+            locator = self._master_locator(query)
+            with translate_errors(self):
+                host, port = locator.settled_master()
+            scheme = scheme.removesuffix("+sentinel")
+            netloc, path = f"[{host}]:{port}" if ":" in host else f"{host}:{port}", "/0"
+            query = [(n, v) for n, v in query if not n.startswith("sentinel_") and n != "db"]
+            query.append(("db", str(self.database)))
+        bare_url = joined_url(scheme, netloc, path, urlencode(query), parts.fragment)
         client = redis.Redis.from_url(
             bare_url,
             username=self.effective_username,
@@ -199,6 +245,8 @@ class RedisEndpoint:
             retry=_retry(),
             **_library_identity(),
         )
+        if locator is not None:
+            follow_master(client, locator)
         with translate_errors(self):
             mode = _server_mode(client)
             if mode not in (None, "standalone"):
@@ -206,6 +254,24 @@ class RedisEndpoint:
                 raise ConfigurationError(_unsupported_mode(self, mode))
             client.ping()  # redis-py's health checks PING later: a user without +ping fails now
         return client
+
+    def _master_locator(self, query: list[tuple[str, str]]) -> MasterLocator:
+        """Who to ask where the master is: the URL's Sentinels, logged in to with its
+        ``sentinel_username``/``sentinel_password``, over TLS for ``rediss+sentinel://``."""
+        import redis
+
+        scheme = "rediss" if self.url.lower().startswith("rediss+") else "redis"
+        tls = urlencode([(n, v) for n, v in query if n.startswith("ssl_")])
+        limits = {
+            "username": query_credential(self.url, "sentinel_username"),
+            "password": query_credential(self.url, "sentinel_password"),
+            "socket_connect_timeout": self.connect_timeout_s,
+            "socket_timeout": self.connect_timeout_s,
+        }
+        if scheme == "rediss":  # redis-py reads the TLS parameters from a URL: let it
+            parsed = redis.ConnectionPool.from_url(f"rediss://localhost?{tls}").connection_kwargs
+            limits.update({k: v for k, v in parsed.items() if k.startswith("ssl_")}, ssl=True)
+        return MasterLocator(sentinel_parts(self.url), limits, wait_s=self.read_timeout_s)
 
 
 def _server_mode(client: redis.Redis) -> str | None:
@@ -252,9 +318,10 @@ def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
         )
     if mode == "sentinel":
         return (
-            f"Redis at {endpoint.description} is a Sentinel, which holds no streams: point "
-            f"{named('url or env')} at the primary it monitors (SENTINEL "
-            "GET-MASTER-ADDR-BY-NAME <name> tells its address)"
+            f"Redis at {endpoint.description} is a Sentinel, which holds no streams: name "
+            f"the Sentinels and the master they watch in {named('url or env')}, "
+            "redis+sentinel://sentinel1:26379,sentinel2:26379/<master-name> (SENTINEL MASTERS "
+            "lists the names), so atlasbus follows the master across failovers"
         )
     return (
         f"Redis at {endpoint.description} runs in {mode!r} mode; atlasbus reads and writes a "
@@ -347,9 +414,18 @@ _clients_lock = threading.Lock()
 def forget_clients() -> None:
     """Drop cached clients (tests that restart a server use this)."""
     with _clients_lock:
-        for client in _clients.values():
-            client.close()
+        clients = list(_clients.values())
         _clients.clear()
+    for client in clients:
+        _close(client)
+
+
+def _close(client: redis.Redis) -> None:
+    """Close the client and, for a Sentinel URL, its connections to the Sentinels."""
+    locator = client.connection_pool.connection_kwargs.get("master_locator")
+    if locator is not None:
+        locator.close()
+    client.close()
 
 
 @contextmanager
@@ -486,6 +562,25 @@ def _no_permission(endpoint: RedisEndpoint, text: str, key_pattern: str | None) 
     )
 
 
+# Times an idempotent step is tried on a Sentinel URL's master when its connection drops (a
+# failover closes every client's connection, on the old master and the new).
+FAILOVER_ATTEMPTS = 4
+
+
+def across_failovers(endpoint: RedisEndpoint, step: Callable[[], T]) -> T:
+    """Run ``step``; for a Sentinel URL, again on the settled master when the connection to the
+    old one dropped or it was demoted. Only for steps that may run twice (reads, idempotent
+    writes). A URL naming one server fails at once, as before."""
+    for attempt in range(FAILOVER_ATTEMPTS):
+        try:
+            return step()
+        except RedisUnavailableError:
+            if not endpoint.is_sentinel or attempt == FAILOVER_ATTEMPTS - 1:
+                raise
+            log.info("the connection to the %s dropped: asking the Sentinels", endpoint.description)
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
     """Borrow one pooled connection of the process's client for raw commands; executor or driver.
@@ -512,7 +607,7 @@ def _forget(endpoint: RedisEndpoint) -> None:
     with _clients_lock:
         client = _clients.pop(endpoint._key(), None)
     if client is not None:
-        client.close()
+        _close(client)
 
 
 def _scrub(message: str, endpoint: RedisEndpoint) -> str:

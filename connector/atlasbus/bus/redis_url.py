@@ -7,12 +7,15 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote_plus, urlsplit, urlunsplit
 
 from atlasbus.errors import ConfigurationError
 
 DEFAULT_URL = "redis://localhost:6379/0"
-SUPPORTED_SCHEMES = ("redis", "rediss", "unix")
+SUPPORTED_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+DEFAULT_SENTINEL_PORT = 26379
 
 # Bounded waits. atlasbus makes no blocking call (no XREAD BLOCK): its longest command is one
 # XRANGE page or one MULTI/EXEC batch, milliseconds on a healthy server, so a read that takes
@@ -22,7 +25,10 @@ DEFAULT_READ_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_PARAM = "socket_connect_timeout"
 READ_TIMEOUT_PARAM = "socket_timeout"
 
-_URL_FORM = "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to.sock"
+_URL_FORM = (
+    "redis://[user:password@]host[:port][/db], rediss://... (TLS), unix:///path/to.sock or "
+    "redis+sentinel://[user:password@]sentinel[:port][,sentinel[:port]...]/master-name[/db]"
+)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _BOOLEANS = ("true", "false", "yes", "no", "1", "0", "y", "n", "t", "f")
 _CERT_REQS = ("none", "optional", "required")
@@ -48,14 +54,17 @@ URL_PARAMETERS: dict[str, str] = {
     "ssl_keyfile": "the path of an existing file",
     "ssl_password": "the key file's password",
     "ssl_min_version": "an integer (ssl.TLSVersion)",
+    "sentinel_username": "the user name to log in to the Sentinels with",
+    "sentinel_password": "the password to log in to the Sentinels with",
 }
 # Parameters whose value is never shown; neither is the value of a parameter not listed above.
-_SECRET_PARAMS = ("password", "ssl_password")
+_SECRET_PARAMS = ("password", "ssl_password", "sentinel_password")
 CREDENTIAL_PARAMS = ("username", "password")
 # Parameters redis-py's connection for the scheme takes; any other fails at connect with a
 # TypeError, so it is refused with the URL instead.
 _TLS_ONLY_PARAMS = tuple(name for name in URL_PARAMETERS if name.startswith("ssl_"))
 _TCP_ONLY_PARAMS = ("socket_keepalive",)
+_SENTINEL_ONLY_PARAMS = ("sentinel_username", "sentinel_password")
 
 
 def query_credential(url: str, name: str) -> str | None:
@@ -176,8 +185,8 @@ def checked_url(url: str, origin: str) -> str:
     if scheme is None or scheme.group(1).lower() not in SUPPORTED_SCHEMES:
         got = f"{scheme.group(1)}://..." if scheme else repr(shown)
         raise ConfigurationError(
-            f"{origin} must be a Redis URL starting with redis://, rediss:// or unix://, "
-            f"got {got}; accepted: {_URL_FORM}"
+            f"{origin} must be a Redis URL starting with redis://, rediss://, unix://, "
+            f"redis+sentinel:// or rediss+sentinel://, got {got}; accepted: {_URL_FORM}"
         )
     kind = scheme.group(1).lower()
     url = kind + url[len(scheme.group(1)) :]
@@ -195,7 +204,9 @@ def checked_url(url: str, origin: str) -> str:
             "in option 'password')"
         )
     place = parts.netloc.rpartition("@")[2]
-    if kind == "unix":
+    if kind in SENTINEL_SCHEMES:
+        pass  # read whole below, once its query is known to be sound
+    elif kind == "unix":
         if not parts.path:
             raise ConfigurationError(
                 f"{origin} names no socket path, got {shown!r}: write unix:///path/to/redis.sock"
@@ -222,6 +233,8 @@ def checked_url(url: str, origin: str) -> str:
                 "database and must be a non-negative integer such as /0"
             )
     _check_query(parts.query, kind, origin, shown)
+    if kind in SENTINEL_SCHEMES:
+        sentinel_parts(url, origin, shown)
     return url
 
 
@@ -232,7 +245,13 @@ def _check_query(query: str, kind: str, origin: str, shown: str) -> None:
                 f"{origin} has unknown query parameter {name!r}, got {shown!r}; accepted "
                 f"parameters: {', '.join(sorted(URL_PARAMETERS))}"
             )
-        if name in _TLS_ONLY_PARAMS and kind != "rediss":
+        if name in _SENTINEL_ONLY_PARAMS and kind not in SENTINEL_SCHEMES:
+            raise ConfigurationError(
+                f"{origin} has query parameter {name}, which only a Sentinel URL takes, got "
+                f"{shown!r}: use redis+sentinel:// (or rediss+sentinel://) naming the "
+                f"Sentinels, or leave {name} out"
+            )
+        if name in _TLS_ONLY_PARAMS and kind not in ("rediss", "rediss+sentinel"):
             raise ConfigurationError(
                 f"{origin} has query parameter {name}, which only a TLS URL takes, got "
                 f"{shown!r}: use rediss:// for TLS, or leave {name} out"
@@ -285,3 +304,72 @@ def parse_seconds(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class SentinelParts:
+    """What a ``redis+sentinel://`` URL names: the Sentinels, the master's name, the database."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master_name: str
+    database: int
+
+
+def sentinel_parts(
+    url: str, origin: str = "option 'url'", shown: str | None = None
+) -> SentinelParts:
+    """Read ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/master-name[/db]``.
+
+    The form is redis-py's ``Sentinel`` arguments written as one URL, as other clients write it
+    (Lettuce's ``redis-sentinel://``, go-redis's failover options): every Sentinel (port 26379
+    when left out), then the name they monitor the master under. Raises a
+    ``ConfigurationError`` naming what is wrong.
+    """
+    shown = shown if shown is not None else shown_url(url)
+    rest = url.partition("://")[2]
+    end = _place_end(rest)
+    place, path = rest[:end].rpartition("@")[2], urlsplit(url).path
+    sentinels = []
+    for piece in place.split(","):
+        host, port = _host_and_port(piece)
+        if not host or port is None:
+            raise ConfigurationError(
+                f"{origin} names a Sentinel {piece!r} that is not host[:port] (port 1-65535, "
+                f"26379 when left out), got {shown!r}; accepted: {_URL_FORM}"
+            )
+        sentinels.append((host, port))
+    names = [unquote_plus(part) for part in path.split("/")[1:]]
+    if names[1:] == [""]:  # a trailing slash: /mymaster/
+        names = names[:1]
+    if not names or not names[0] or len(names) > 2:
+        raise ConfigurationError(
+            f"{origin} names no master, got {shown!r}: a Sentinel URL ends with the name the "
+            "Sentinels monitor the master under (their 'sentinel monitor <name> ...'), then "
+            "optionally the database: redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster/0"
+        )
+    if len(names) == 2 and not re.fullmatch(r"[0-9]+", names[1]):
+        raise ConfigurationError(
+            f"{origin} has database {names[1]!r} after the master name, got {shown!r}: the "
+            "database must be a non-negative integer such as /0"
+        )
+    query = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    database = int(query["db"]) if "db" in query else int(names[1]) if len(names) == 2 else 0
+    return SentinelParts(tuple(sentinels), names[0], database)
+
+
+def _host_and_port(piece: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; the port ``None`` when invalid."""
+    if piece.startswith("["):
+        host, bracket, after = piece[1:].partition("]")
+        if not bracket or (after and not after.startswith(":")):
+            return "", None
+        port_text = after[1:] if after else ""
+    else:
+        host, colon, port_text = piece.partition(":")
+        if colon and not port_text:
+            return host, None
+    if not port_text:
+        return host, DEFAULT_SENTINEL_PORT
+    if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 0 < int(port_text) < 65536:
+        return host, None
+    return host, int(port_text)

@@ -10,8 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_errors
+from atlasbus.bus.connection import (
+    RedisEndpoint,
+    across_failovers,
+    raw_connection,
+    translate_errors,
+)
 from atlasbus.bus.gc_pause import cyclic_gc_paused
+from atlasbus.bus.replication import Replication, wait_for_replicas
 from atlasbus.bus.subscription import Subscription
 from atlasbus.errors import ConfigurationError
 from atlasbus.model.conversions import reply_text
@@ -127,6 +133,12 @@ class StreamCatalog:
                     raise reply
             result[stream] = parse_stream_info(reply)
         return result
+
+    def replicas_hold_all(self, replication: Replication) -> bool:
+        """Whether ``replication.min_replicas`` replicas hold every write made so far (waiting
+        up to its timeout): ask after reading the tails that are to count."""
+        with translate_errors(self.endpoint):
+            return wait_for_replicas(self._redis, replication)
 
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
         """The ID of the first entry in ``(after, upto]``, or None if the range is empty."""
@@ -331,8 +343,12 @@ class StreamCatalog:
         """
         if not commands:
             return []
-        with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
-            return _send_all(connection, commands, raise_errors=raise_errors)
+
+        def send() -> list[Any]:
+            with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
+                return _send_all(connection, commands, raise_errors=raise_errors)
+
+        return across_failovers(self.endpoint, send)
 
 
 @dataclass

@@ -12,8 +12,11 @@ USERNAME = "username"
 PASSWORD = "password"
 STREAM_PREFIX = "streamPrefix"
 DEAD_LETTER_TABLE = "deadLetterTable"
+MIN_REPLICAS = "minReplicas"
+REPLICA_TIMEOUT = "replicaTimeout"
 
 DEFAULT_STREAM_PREFIX = "atlas_bus"
+DEFAULT_REPLICA_TIMEOUT_MS = 10_000
 
 # --- source ----------------------------------------------------------------------------------
 TOPICS = "topics"
@@ -72,6 +75,8 @@ SOURCE_OPTIONS = (
     SWEEP_MIN_IDLE,
     SWEEP_DELETE,
     FILTER_PUSHDOWN,
+    MIN_REPLICAS,
+    REPLICA_TIMEOUT,
 )
 
 # Spark adds these to a read's options itself; they are not ours to refuse.
@@ -93,6 +98,8 @@ SINK_OPTIONS = (
     MAX_MESSAGE_BYTES,
     EXACTLY_ONCE,
     DEAD_LETTER_TABLE,
+    MIN_REPLICAS,
+    REPLICA_TIMEOUT,
 )
 
 # Spark adds these to a write's options itself; they are not ours to refuse.

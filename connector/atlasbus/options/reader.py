@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.replication import Replication
 from atlasbus.errors import ConfigurationError
 from atlasbus.options import keys
 
@@ -159,10 +160,12 @@ class SharedOptions:
     endpoint: RedisEndpoint
     stream_prefix: str
     dead_letter_table: str | None
+    replication: Replication | None = None
 
 
 def parse_shared_options(reader: OptionReader) -> SharedOptions:
-    """``url`` (and its timeouts), ``username``/``password``, ``streamPrefix``, dead letters."""
+    """``url`` (and its timeouts), ``username``/``password``, ``streamPrefix``, dead letters,
+    ``minReplicas``/``replicaTimeout``."""
     endpoint = RedisEndpoint.from_options(
         reader.string(keys.URL), reader.string(keys.USERNAME), reader.string(keys.PASSWORD)
     )
@@ -172,4 +175,24 @@ def parse_shared_options(reader: OptionReader) -> SharedOptions:
         endpoint=endpoint,
         stream_prefix=keys.DEFAULT_STREAM_PREFIX if prefix is None else prefix,
         dead_letter_table=None if table is None else table.strip(),
+        replication=_parse_replication(reader),
     )
+
+
+def _parse_replication(reader: OptionReader) -> Replication | None:
+    """``minReplicas`` (replicas that must hold an entry) and ``replicaTimeout``; off without."""
+    min_replicas = reader.positive_int(keys.MIN_REPLICAS, maximum=1_000)
+    timeout = reader.duration_ms(keys.REPLICA_TIMEOUT, keys.DEFAULT_REPLICA_TIMEOUT_MS)
+    if min_replicas is None:
+        if reader.has(keys.REPLICA_TIMEOUT):
+            raise ConfigurationError(
+                f"option '{keys.REPLICA_TIMEOUT}' needs option '{keys.MIN_REPLICAS}': it bounds "
+                "how long to wait for that many replicas"
+            )
+        return None
+    if timeout <= 0:
+        raise ConfigurationError(
+            f"option '{keys.REPLICA_TIMEOUT}' must be a positive duration such as 10s, got "
+            f"{reader.string(keys.REPLICA_TIMEOUT)!r}"
+        )
+    return Replication(min_replicas, timeout)

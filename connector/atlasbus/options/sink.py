@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.replication import Replication
 from atlasbus.errors import ConfigurationError
 from atlasbus.options import keys
 from atlasbus.options.keys import DEFAULT_STREAM_PREFIX
@@ -48,6 +49,8 @@ class SinkOptions:
     max_message_bytes: int
     exactly_once: bool
     dead_letter_table: str | None = None
+    # minReplicas/replicaTimeout: WAIT for that many replicas after each transaction
+    replication: Replication | None = None
 
     def stream_key(self, topic: str) -> str:
         return f"{self.stream_prefix}:{topic}"
@@ -72,6 +75,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         ),
         exactly_once=reader.boolean(keys.EXACTLY_ONCE, True),
         dead_letter_table=shared.dead_letter_table,
+        replication=shared.replication,
     )
     return parsed
 

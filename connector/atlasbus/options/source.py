@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.replication import Replication
 from atlasbus.bus.subscription import Subscription
 from atlasbus.errors import ConfigurationError, OffsetError
 from atlasbus.model.entry_id import EntryId
@@ -77,6 +78,8 @@ class SourceOptions:
     # Batch reads: apply the filters Spark pushes (docs/options.md, "Filtering batch reads");
     # None: not given (on).
     filter_pushdown: bool | None = None
+    # minReplicas/replicaTimeout: plan only entries that many replicas acknowledged
+    replication: Replication | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         include_raw_fields=reader.boolean(keys.INCLUDE_RAW_FIELDS, False),
         page_size=reader.positive_int(keys.PAGE_SIZE, default=DEFAULT_PAGE_SIZE),
         dead_letter_table=shared.dead_letter_table,
+        replication=shared.replication,
         pacing=_parse_pacing(reader),
         trim_consumed=reader.boolean(keys.TRIM_CONSUMED, False),
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),

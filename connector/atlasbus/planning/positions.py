@@ -108,6 +108,15 @@ def batch_end(
     else:  # the target's streams were discovered when the run began: no SCAN again
         streams = sorted(target)
     infos = catalog.info(streams)
+    if options.replication is not None and not catalog.replicas_hold_all(options.replication):
+        log.warning(
+            "fewer than %d replicas of Redis at %s acknowledged the streams' newest entries "
+            "within %d ms (option minReplicas): this trigger reads nothing new",
+            options.replication.min_replicas,
+            catalog.endpoint.description,
+            options.replication.timeout_ms,
+        )
+        return BatchEnd(dict(start), infos, {})
     latest: dict[str, EntryId] = {}
     for stream in streams:
         newest = last_position(infos[stream])

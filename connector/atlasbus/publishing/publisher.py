@@ -38,8 +38,14 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_errors
-from atlasbus.errors import PublishError
+from atlasbus.bus.connection import (
+    FAILOVER_ATTEMPTS,
+    RedisEndpoint,
+    raw_connection,
+    translate_errors,
+)
+from atlasbus.bus.replication import ReplicasBehind
+from atlasbus.errors import PublishError, RedisUnavailableError
 from atlasbus.options.sink import SinkOptions
 from atlasbus.publishing.encoder import EncodedBatch, Rejection, encode_batch
 
@@ -146,7 +152,10 @@ class Publisher:
         # an error leaves a half-read reply or an open MULTI: the connection is closed then
         stack.__exit__(exc_type, exc, tb)
 
-    def _connection(self) -> Any:
+    def _connection(self, *, resuming: bool = False) -> Any:
+        """The task's connection, opened on first use; with a marker, what it counts is read
+        (a retried task then holds its rows until it finds the last published one, a task
+        resuming after a failover goes on from the count)."""
         if self._conn is None:
             stack = ExitStack()
             self._conn = stack.enter_context(raw_connection(self.options.endpoint))
@@ -156,9 +165,37 @@ class Publisher:
                     [_resp("WATCH", self.marker), _resp("GET", self.marker)], 2
                 )
                 self.done, self.anchors = _marker_value(replies[1], self.marker)
-                if self.done > 0 and self.anchors:
+                if self.done > 0 and self.anchors and not resuming:
                     self._held = []
         return self._conn
+
+    def _resume_after_failover(self, first: int, failure: Exception) -> None:
+        """Go on publishing the batch whose first row is task row ``first`` on the master the
+        Sentinels now name, from what its marker counts.
+
+        Rows counted before ``first`` that the new master lacks were lost with the old one
+        (acknowledged by it, not by a replica): they cannot be sent again from here, as their
+        batch has passed, so the task fails and Spark's retry publishes them, once."""
+        conn, stack = self._conn, self._borrowed
+        self._conn = self._borrowed = None
+        if conn is not None and stack is not None:
+            conn.disconnect()
+            stack.close()
+        log.warning(
+            "exactly-once marker %s: publishing again on the %s after %s",
+            self.marker,
+            self.options.endpoint.description,
+            failure,
+        )
+        self.position = first
+        self._connection(resuming=True)
+        if self.done < first:
+            raise PublishError(
+                f"a failover of the {self.options.endpoint.description} lost rows "
+                f"{self.done}..{first - 1} this task had published (the replica that took over "
+                "had not received them; option minReplicas makes each transaction wait for "
+                "replicas): the task fails, and its retry publishes them once"
+            )
 
     def _roundtrip(self, payload: Iterable[bytes | memoryview], replies: int) -> list[Any]:
         """Send ready-made commands, read their replies; Redis errors come back as values."""
@@ -184,6 +221,31 @@ class Publisher:
         """Publish a batch of input rows, skipping those an earlier attempt already published."""
         if batch.num_rows == 0:
             return
+        first = self.position
+        for attempt in range(FAILOVER_ATTEMPTS):
+            try:
+                self._publish_batch(batch)
+                return
+            except (RedisUnavailableError, ReplicasBehind) as failure:
+                endpoint = self.options.endpoint
+                resumable = (
+                    self.marker is not None
+                    and endpoint.is_sentinel
+                    and self._held is None
+                    and attempt < FAILOVER_ATTEMPTS - 1
+                    # replicas behind a master still in place: its rows are not safe yet
+                    and not (
+                        isinstance(failure, ReplicasBehind)
+                        and not endpoint.master_moved_from(self._conn)
+                    )
+                )
+                if not resumable:
+                    if isinstance(failure, ReplicasBehind):
+                        raise PublishError(str(failure)) from None
+                    raise
+                self._resume_after_failover(first, failure)
+
+    def _publish_batch(self, batch: pa.RecordBatch) -> None:
         self._connection()
         if self._held is not None:
             self._held.append(batch)
@@ -254,7 +316,7 @@ class Publisher:
         while start < len(encoded):
             stop = encoded.chunk_end(start, CHUNK_ROWS, CHUNK_BYTES)
             if self.marker is None:
-                self._send_chunk(encoded, start, stop)
+                self._send_chunk(encoded, start, stop, offset)
                 self.done = offset + stop
                 start = stop
                 continue
@@ -305,13 +367,18 @@ class Publisher:
         assert self.rejects is not None
         self.dead_lettered += self.rejects.record(batch, encoded.rejections, row_base=row_base)
 
-    def _send_chunk(self, encoded: EncodedBatch, start: int, stop: int) -> None:
+    def _send_chunk(self, encoded: EncodedBatch, start: int, stop: int, offset: int) -> None:
         count = encoded.count(start, stop)
         if count == 0:
             return
-        replies = self._roundtrip([encoded.command_bytes(start, stop)], count)
-        self._check_ids(encoded, start, replies)
+        payload: list[bytes | memoryview] = [
+            encoded.command_bytes(start, stop),
+            *self._wait_command(),
+        ]
+        replies = self._roundtrip(payload, len(payload) - 1 + count)
+        self._check_ids(encoded, start, replies[:count])
         self.published += count
+        self._check_replicas(replies[count:], offset=offset, start=start, stop=stop)
 
     def _send_chunk_exactly_once(
         self, encoded: EncodedBatch, start: int, stop: int, offset: int, anchors: list[str]
@@ -328,12 +395,14 @@ class Publisher:
             encoded.command_bytes(start, stop),
             _resp("SET", marker, value, "EX", str(MARKER_TTL_SECONDS)),
             _EXEC,
+            *self._wait_command(),
             _resp("WATCH", marker),
             _resp("GET", marker),
         ]
-        replies = self._roundtrip(payload, count + 5)
+        replies = self._roundtrip(payload, count + len(payload) - 1)
         queued = replies[: count + 2]
-        executed, current = replies[count + 2], replies[count + 4]
+        executed, current = replies[count + 2], replies[-1]
+        acknowledged = replies[count + 3 : -2]
         failed = [reply for reply in queued if isinstance(reply, Exception)]
         if failed:
             raise PublishError(
@@ -348,7 +417,33 @@ class Publisher:
         self.published += count
         now, now_anchors = _marker_value(current, marker)
         self.done, self.anchors = (now, now_anchors) if now > target else (target, kept)
+        self._check_replicas(acknowledged, offset=offset, start=start, stop=stop)
         return True
+
+    def _wait_command(self) -> list[bytes]:
+        """``WAIT minReplicas timeout`` after a write, when option minReplicas asks for it."""
+        replication = self.options.replication
+        if replication is None:
+            return []
+        return [_resp("WAIT", str(replication.min_replicas), str(replication.timeout_ms))]
+
+    def _check_replicas(self, replies: list[Any], *, offset: int, start: int, stop: int) -> None:
+        """Raise ``ReplicasBehind`` if WAIT counted fewer replicas than option minReplicas."""
+        replication = self.options.replication
+        if replication is None or not replies:
+            return
+        reply = replies[0]
+        if isinstance(reply, Exception):
+            with translate_errors(self.options.endpoint):
+                raise reply
+        if int(reply) < replication.min_replicas:
+            raise ReplicasBehind(
+                f"only {int(reply)} of the {replication.min_replicas} replicas that option "
+                f"minReplicas asks for acknowledged rows {offset + start}..{offset + stop - 1} "
+                f"within {replication.timeout_ms} ms (option replicaTimeout) on the "
+                f"{self.options.endpoint.description}: a failover could lose them. The task "
+                "fails so that Spark retries it; check the replicas (INFO replication)"
+            )
 
     def _check_ids(self, encoded: EncodedBatch, start: int, replies: list[Any]) -> None:
         for index, reply in enumerate(replies):

@@ -13,6 +13,7 @@ micro-batch adds nothing twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from functools import partial
@@ -20,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from atlasbus.bus.connection import raw_connection, translate_errors
+from atlasbus.bus.connection import FAILOVER_ATTEMPTS, raw_connection, translate_errors
 from atlasbus.bus.gc_pause import cyclic_gc_paused
 from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.decoding.decoder import DecodedPage, decode_envelope_page, decode_raw
 from atlasbus.decoding.kernels.selection import compiled_kernels_usable
+from atlasbus.errors import RedisUnavailableError
 from atlasbus.options.source import SourceOptions
 from atlasbus.planning.batch_plan import ReadRange
 from atlasbus.planning.data_loss import lost_in_batch, lost_while_reading, on_data_loss
@@ -34,6 +36,8 @@ from atlasbus.reading.read_ahead import read_ahead
 if TYPE_CHECKING:  # the dead-letter package loads delta-rs: only when the option is set
     from atlasbus.dead_letters import QueryContext
     from atlasbus.reading.reply_receiver import KeptReplies, Page, Part, XrangePages
+
+log = logging.getLogger("atlasbus.range_reader")
 
 # Rows per yielded batch: Spark's Arrow path is much cheaper per row with large batches.
 TARGET_BATCH_ROWS = 10_000
@@ -96,6 +100,34 @@ def _received_replies(
     cut. Replies are read raw from the connection: redis-py's per-entry reply parsing would
     build dicts only to throw them away.
     """
+    resume = _Resume(read.after.exclusive())
+    for attempt in range(FAILOVER_ATTEMPTS):
+        try:
+            yield from _replies_after(options, read, resume)
+            return
+        except RedisUnavailableError as failure:
+            if not options.endpoint.is_sentinel or attempt == FAILOVER_ATTEMPTS - 1:
+                raise
+            log.warning(
+                "reading %s on the %s: %s; going on after the last entry received",
+                read.stream,
+                options.endpoint.description,
+                failure,
+            )
+
+
+class _Resume:
+    """Where the next XRANGE starts: after the last entry handed over."""
+
+    def __init__(self, start: str | bytes) -> None:
+        self.start = start
+
+
+def _replies_after(
+    options: SourceOptions, read: ReadRange, resume: _Resume
+) -> Generator[KeptReplies | ParsedReplies]:
+    """``_received_replies`` on one connection, from ``resume.start``, which it moves on as
+    replies are handed over: if the connection drops, a failover's new master goes on there."""
     page_size = options.page_size
     upto = str(read.upto)
     with (
@@ -103,22 +135,25 @@ def _received_replies(
         translate_errors(options.endpoint),
     ):
         pages = _pages_reader(connection, any_layout=options.format == "raw")
-        pages.send("XRANGE", read.stream, read.after.exclusive(), upto, "COUNT", page_size)
+        pages.send("XRANGE", read.stream, resume.start, upto, "COUNT", page_size)
         awaiting_reply = True
         waiting: list[Page] = []  # replies not yet handed over
         waiting_rows = 0
+        waiting_last = b""
         while awaiting_reply:
             page = pages.read()
             awaiting_reply = False
+            if len(page):
+                waiting_last = pages.last_id(page)
             if len(page) == page_size:
-                last = pages.last_id(page)
-                pages.send("XRANGE", read.stream, b"(" + last, upto, "COUNT", page_size)
+                pages.send("XRANGE", read.stream, b"(" + waiting_last, upto, "COUNT", page_size)
                 awaiting_reply = True
             if len(page):
                 waiting.append(page)
                 waiting_rows += len(page)
             del page
             if waiting and (waiting_rows >= _decode_rows(waiting) or not awaiting_reply):
+                resume.start = b"(" + waiting_last
                 yield pages.hand_over(waiting)
                 waiting, waiting_rows = [], 0
 

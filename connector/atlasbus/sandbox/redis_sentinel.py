@@ -18,7 +18,8 @@ MASTER_NAME = "atlasbus-master"
 
 class LocalSentinels:
     """A master with ``replicas`` replicas, watched by ``sentinels`` Sentinels (quorum: a
-    majority). ``sentinel_addresses`` is where the Sentinels listen. ``start()`` returns once
+    majority). ``sentinel_addresses`` is where the Sentinels listen; ``url`` is the
+    ``redis+sentinel://`` URL naming them. ``start()`` returns once every replica is in sync and
     every Sentinel knows the master, its replicas and the other Sentinels."""
 
     def __init__(
@@ -27,15 +28,18 @@ class LocalSentinels:
         sentinels: int = 3,
         *,
         master_name: str = MASTER_NAME,
-        down_after_ms: int = 1_000,
+        down_after_ms: int = 5_000,
         failover_timeout_ms: int = 10_000,
         binary: str | None = None,
     ) -> None:
         self.master_name = master_name
-        self.master = RedisServer(binary=binary)
+        # replicas sync at once, not after Redis 7's 5 s wait for more replicas to join
+        sync_now = ["--repl-diskless-sync-delay", "0"]
+        self.master = RedisServer(binary=binary, extra_args=sync_now)
         self.replicas = [
             RedisServer(
-                binary=binary, extra_args=["--replicaof", "127.0.0.1", str(self.master.port)]
+                binary=binary,
+                extra_args=[*sync_now, "--replicaof", "127.0.0.1", str(self.master.port)],
             )
             for _ in range(replicas)
         ]
@@ -59,6 +63,11 @@ class LocalSentinels:
     def sentinel_addresses(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", s.port) for s in self.sentinels]
 
+    @property
+    def url(self) -> str:
+        where = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
+        return f"redis+sentinel://{where}/{self.master_name}/0"
+
     def start(self, timeout: float = 60.0) -> LocalSentinels:
         import redis
 
@@ -69,6 +78,14 @@ class LocalSentinels:
             for sentinel in self.sentinels:
                 self._stack.enter_context(sentinel)
             deadline = time.monotonic() + timeout
+            for replica in self.replicas:  # a failover to a replica still syncing loses all
+                with redis.Redis(port=replica.port, decode_responses=True) as client:
+                    while client.info("replication").get("master_link_status") != "up":
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(
+                                f"replica {replica.port} did not sync in {timeout} s"
+                            )
+                        time.sleep(0.05)
             for sentinel in self.sentinels:
                 with redis.Redis(port=sentinel.port, decode_responses=True) as client:
                     while not self._sees_everyone(client):
