@@ -43,7 +43,8 @@ class AtlasbusBatchReader(DataSourceReader):
             positions, last = pushed_offsets(catalog, self.bounds, positions, last, topic_of)
         # what Redis holds now is the read: nothing removed before it is loss
         start = with_baselines(catalog, positions)
-        end = mark_batch(catalog, self.options, start, last)
+        # a window is counted, so that removals outside it are never taken for its own
+        end = mark_batch(catalog, self.options, start, last, count_ranges=self.bounds.narrows)
         report_recorded_losses(self.options, start, end)
         return [RangePartition(self.options, r) for r in plan_ranges(self.options, start, end)]
 

@@ -29,9 +29,10 @@ deadLetterTable            Delta table path: malformed entries go there (stage
 format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
 pageSize                   XRANGE COUNT per round trip (1000); also XPENDING's count
-filterPushdown             batch only: true (default) narrows the read to the filters Spark
-                           pushes (timestamp, id, topic, stream; pyspark 4.2+ with
-                           spark.sql.python.filterPushdown.enabled); false reads it all
+filterPushdown             batch only: false (default); true narrows the read to the filters
+                           Spark pushes (timestamp, id, topic, stream; pyspark 4.2+ with
+                           spark.sql.python.filterPushdown.enabled; load the DataFrame per
+                           filtered query: Spark reuses a pushed scan's partitions)
 pendingOf                  batch only: list this consumer group's pending entries (who holds
                            each, idle ms, delivery count, the entry decoded) instead of
                            reading the streams; not with positions, group, deadLetterTable
@@ -118,7 +119,7 @@ class AtlasbusDataSource(DataSource):
 
         options = self._source_options()
         require_batch_compatible(options)
-        filtering = options.filter_pushdown is not False and planning_with_filters()
+        filtering = options.filter_pushdown is True and planning_with_filters()
         if options.pending_of is not None:
             from pyspark_atlasbus.pending_reader import (
                 AtlasbusFilteringPendingReader,

@@ -120,8 +120,11 @@ def canonical_id(text: str) -> EntryId | None:
         return None
     if not (ms_text.isascii() and seq_text.isascii()):
         return None
-    entry = EntryId(int(ms_text), int(seq_text))
-    if str(entry) != text or entry > MAX_ID:
+    ms, seq = int(ms_text), int(seq_text)
+    if ms > MAX_ID.ms or seq > MAX_SEQ:  # no entry has it, and XRANGE would refuse it
+        return None
+    entry = EntryId(ms, seq)
+    if str(entry) != text:
         return None
     return entry
 
