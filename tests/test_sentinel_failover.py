@@ -24,7 +24,7 @@ import redis
 from atlasbus import cli
 from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.sandbox.redis_sentinel import LocalSentinels
-from helpers import envelope, stream_reader, wait_until
+from helpers import BatchCollector, envelope, stream_reader, wait_until
 
 PUBLISH_EVERY_S = 0.005
 
@@ -123,6 +123,38 @@ def test_a_master_killed_under_a_running_query_is_replaced_and_nothing_is_lost(
             publisher.stop.set()
             query.stop()
         _assert_each_kept_entry_published_once(redis.Redis(port=new_port), prefix, publisher)
+
+
+def test_a_query_reading_through_a_failover_passes_on_only_what_survives_it(
+    spark: Any, sentinels: LocalSentinels, prefix: str, tmp_path: Path
+) -> None:
+    """The source alone (no sink whose WAIT would hold the batches back): entries the old
+    master took after the replica was promoted, and lost with it, are never passed on."""
+    url = sentinels.url
+    publisher = Publisher(url, f"{prefix}:in")
+    publisher.start()
+    collector = BatchCollector(columns=("id",))
+    query = (
+        stream_reader(spark, url, prefix, topics="in", minReplicas="1")
+        .writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: len(collector.rows) > 300, 120)
+        with redis.Redis(port=sentinels.sentinels[0].port) as sentinel:
+            sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.master_name)
+        new_port = sentinels.replicas[0].port
+        wait_until(lambda: sentinels.master_address() == ("127.0.0.1", new_port), 60)
+        _go_on_then_drain(publisher, query)
+    finally:
+        publisher.stop.set()
+        query.stop()
+    kept = [entry_id.decode() for entry_id, _ in redis.Redis(port=new_port).xrange(f"{prefix}:in")]
+    read = [row["id"] for row in collector.rows]
+    assert len(read) == len(set(read)), "an entry was read twice"
+    assert sorted(read) == sorted(kept), "the query read what the final master does not keep"
 
 
 def _start_query(spark: Any, url: str, prefix: str, tmp_path: Path) -> Any:

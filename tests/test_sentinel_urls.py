@@ -17,7 +17,12 @@ from atlasbus import cli
 from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.bus.redis_url import SentinelParts, sentinel_parts, shown_url
 from atlasbus.driver.micro_batch import MicroBatchDriver
-from atlasbus.errors import ConfigurationError, PublishError, RedisUnavailableError
+from atlasbus.errors import (
+    ConfigurationError,
+    DataLossError,
+    PublishError,
+    RedisUnavailableError,
+)
 from atlasbus.model.offsets import StreamOffsets
 from atlasbus.options.sink import parse_sink_options
 from atlasbus.options.source import parse_source_options
@@ -214,3 +219,26 @@ def test_the_sentinels_own_login_needs_one_command_and_a_wrong_one_is_named(
         "not the master's)"
     )
     assert "nope" not in str(refused.value)
+
+
+def test_a_loss_on_a_sentinel_url_names_a_failover_as_a_cause(
+    sentinel: str, r: redis.Redis, prefix: str
+) -> None:
+    ids = publish(r, prefix, "orders", 4)
+    driver = MicroBatchDriver(
+        parse_source_options({"url": sentinel, "streamPrefix": prefix, "topics": "orders"})
+    )
+    start = driver.initial_offset()
+    end = driver.latest_offset(start, None)
+    (read,) = driver.plan(start, end)
+    r.xdel(f"{prefix}:orders", ids[2])
+    with pytest.raises(DataLossError) as lost:
+        list(read_range(driver.options, read))
+    assert str(lost.value) == (
+        f"stream '{prefix}:orders': 1 entry after 0-0 up to {ids[3]} was removed (trimmed "
+        "or deleted) before the query read them, or lost in a failover of the master (written "
+        "to the old one, not yet to the replica that took over: options minReplicas on the sink "
+        "and the source keep that from happening). The query stops so nothing is skipped "
+        "silently; set option failOnDataLoss=false to continue from the entries still in the "
+        "stream."
+    )

@@ -286,6 +286,7 @@ class MicroBatchDriver:
                     LostEntries(stream, committed[stream], newest),
                     fail_on_data_loss=self.options.fail_on_data_loss,
                     dead_letter_table=self.options.dead_letter_table,
+                    failover_possible=self.options.endpoint.is_sentinel,
                     topic=self.options.subscription.topic_of(stream),
                 )
 

@@ -429,6 +429,7 @@ def report_recorded_losses(
             lost,
             fail_on_data_loss=options.fail_on_data_loss,
             dead_letter_table=options.dead_letter_table,
+            failover_possible=options.endpoint.is_sentinel,
             topic=options.subscription.topic_of(lost.stream),
         )
 

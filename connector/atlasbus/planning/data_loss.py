@@ -231,6 +231,12 @@ def lost_in_batch(catalog: StreamCatalog, read: ReadRange, lost: LostEntries) ->
     )
 
 
+FAILOVER_HINT = (
+    ", or lost in a failover of the master (written to the old one, not yet to the replica "
+    "that took over: options minReplicas on the sink and the source keep that from happening)"
+)
+
+
 def on_data_loss(
     lost: LostEntries,
     *,
@@ -238,8 +244,10 @@ def on_data_loss(
     dead_letter_table: str | None = None,
     topic: str | None = None,
     context: QueryContext | None = None,
+    failover_possible: bool = False,
 ) -> None:
-    """Raise (the default) or warn, naming ``failOnDataLoss`` either way.
+    """Raise (the default) or warn, naming ``failOnDataLoss`` either way; with
+    ``failover_possible`` (a Sentinel URL), also the other way entries vanish.
 
     With ``failOnDataLoss=false`` and a ``deadLetterTable``, the lost range also becomes one
     ``data-loss`` dead letter; its ID is made of the stream and the range, which are recorded
@@ -247,12 +255,13 @@ def on_data_loss(
     again (a replanned or replayed batch, a retried task) records nothing new. Driver or
     executor.
     """
+    described = lost.describe() + (FAILOVER_HINT if failover_possible else "")
     if fail_on_data_loss:
         raise DataLossError(
-            f"{lost.describe()}. The query stops so nothing is skipped silently; set option "
+            f"{described}. The query stops so nothing is skipped silently; set option "
             "failOnDataLoss=false to continue from the entries still in the stream."
         )
-    log.warning("%s; continuing because failOnDataLoss=false", lost.describe())
+    log.warning("%s; continuing because failOnDataLoss=false", described)
     if dead_letter_table is not None:
         from atlasbus.dead_letters import DeadLetter, DeadLetterTable, QueryContext
 

@@ -207,6 +207,7 @@ def _check_nothing_vanished(
             lost,
             fail_on_data_loss=options.fail_on_data_loss,
             dead_letter_table=options.dead_letter_table,
+            failover_possible=options.endpoint.is_sentinel,
             topic=read.topic,
             context=context,
         )
