@@ -24,7 +24,7 @@ URL_FORM = (
 )
 MAX = 2**63 - 1
 SOURCE_ACCEPTED = (
-    "deadLetterTable, endingOffsets, failOnDataLoss, format, group, includeRawFields, "
+    "deadLetterTable, endingOffsets, failOnDataLoss, filterPushdown, format, group, includeRawFields, "
     "maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, minEntriesPerTrigger, "
     "minPartitions, minReplicas, pageSize, password, pendingOf, replicaTimeout, startingOffsets, startingTimestamp, streamPrefix, streams, "
     "sweepDelete, sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, "

@@ -601,3 +601,35 @@ def test_sink(
     assert sorted(
         (f[b"payload"], f[b"priority"], f[b"correlation_id"]) for f in enriched
     ) == sorted((f[b"payload"], f[b"priority"], f[b"correlation_id"]) for f in orders)
+
+
+def test_filtering_batch_reads(
+    spark: Any, bus: redis.Redis, redis_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/options.md#0: the window's rows of orders only, and the plan lists the filters
+    atlasbus applied."""
+    start = int(datetime(2026, 1, 1, 10, tzinfo=UTC).timestamp() * 1000)
+    kept = []
+    for topic in ("orders", "payments"):
+        for minute in range(-2, 8):  # 09:58 to 10:07, an entry a minute
+            entry_id = f"{start + minute * 60_000}-0"
+            bus.xadd(f"atlas_bus:{topic}", envelope(topic, minute), id=entry_id)
+            if topic == "orders" and 0 <= minute < 5:
+                kept.append(entry_id)
+    conf = "spark.sql.python.filterPushdown.enabled"
+    before = spark.conf.get(conf, "false")
+    namespace = {"spark": spark}
+    capsys.readouterr()
+    try:
+        run_block(
+            with_places(block("docs/options.md#0"), {BUS: redis_env}),
+            namespace,
+            "docs/options.md#0",
+        )
+    finally:
+        spark.conf.set(conf, before)
+    plan = capsys.readouterr().out
+    assert sorted(row["id"] for row in namespace["window"].collect()) == kept
+    pushed = next(line for line in plan.splitlines() if line.startswith("PushedFilters:"))
+    assert "EqualTo(topic,orders)" in pushed
+    assert "GreaterThanOrEqual(timestamp,2026-01-01 10:00:00.0)" in pushed

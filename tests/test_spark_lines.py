@@ -36,6 +36,45 @@ def test_this_line_is_one_atlasbus_supports() -> None:
     from pyspark_atlasbus.spark_features import ADMISSION_CONTROL as detected
 
     assert detected is ADMISSION_CONTROL
+    from pyspark_atlasbus.spark_features import FILTER_PUSHDOWN
+
+    if LINE >= (4, 2):
+        assert FILTER_PUSHDOWN  # 4.0 has no DataSourceReader.pushFilters; 4.1 is not claimed
+    elif LINE == (4, 0):
+        assert not FILTER_PUSHDOWN
+
+
+@pytest.mark.parametrize("pushdown_setting", ["true", "false"])
+def test_a_filtered_batch_read_gives_exact_rows_with_spark_s_pushdown_setting_on_or_off(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str, capsys: Any, pushdown_setting: str
+) -> None:
+    """On every line, with spark.sql.python.filterPushdown.enabled on or off, a filtered read
+    gives the filtered rows; the filters are pushed where the line can (docs/options.md)."""
+    from pyspark_atlasbus.spark_features import FILTER_PUSHDOWN
+
+    ids = publish(r, prefix, "orders", 60)
+    publish(r, prefix, "payments", 10)
+    conf = "spark.sql.python.filterPushdown.enabled"
+    before = spark.conf.get(conf, "false")
+    spark.conf.set(conf, pushdown_setting)
+    try:
+        frame = (
+            spark.read.format("atlasbus")
+            .option("url", redis_url)
+            .option("streamPrefix", prefix)
+            .option("topics", "orders,payments")
+            .option("filterPushdown", "true")
+            .load()
+            .where(f"topic = 'orders' and id = '{ids[7]}'")
+        )
+        rows = frame.select("id", "payload").collect()
+        frame.explain("formatted")
+    finally:
+        spark.conf.set(conf, before)
+    assert [row["id"] for row in rows] == [ids[7]]
+    assert payload_numbers(rows) == [7]
+    pushed = "EqualTo(topic,orders)" in capsys.readouterr().out
+    assert pushed is (FILTER_PUSHDOWN and pushdown_setting == "true")
 
 
 def test_a_batch_read_gives_exact_rows(
@@ -246,3 +285,37 @@ def test_the_lag_listener_reports_lag_or_says_once_why_it_cannot(
             "source in progress reports (pyspark 4.2 does), so there is no lag to report; a "
             "query's 'group' shows its lag in XINFO GROUPS and `atlasbus status` instead"
         ]
+
+
+def test_whether_spark_reads_a_filtered_scans_partitions_again_for_later_scans(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """Why ``filterPushdown`` is off by default (docs/options.md, "Filtering batch reads"):
+    on the lines that pass filters to Python data sources (4.2, 4.3), Spark keeps the
+    partitions a filtered scan planned on its DataFrame and reads them for the DataFrame's
+    later unfiltered scans. The counts are asserted as each line gives them: when a new line
+    stops doing this, this test fails, and the default can be turned on there."""
+    from pyspark_atlasbus.spark_features import FILTER_PUSHDOWN
+
+    publish(r, prefix, "orders", 30)
+    publish(r, prefix, "payments", 20)
+    conf = "spark.sql.python.filterPushdown.enabled"
+    before = spark.conf.get(conf, "false")
+    spark.conf.set(conf, "true")
+    try:
+        frame = (
+            spark.read.format("atlasbus")
+            .option("url", redis_url)
+            .option("streamPrefix", prefix)
+            .option("topics", "orders,payments")
+            .option("filterPushdown", "true")
+            .load()
+        )
+        counts = (frame.count(), frame.where("topic = 'orders'").count(), frame.count())
+        fresh = spark.read.format("atlasbus").option("url", redis_url)
+        fresh = fresh.option("streamPrefix", prefix).option("topics", "orders,payments").load()
+        unpushed = (fresh.count(), fresh.where("topic = 'orders'").count(), fresh.count())
+    finally:
+        spark.conf.set(conf, before)
+    assert unpushed == (50, 30, 50)
+    assert counts == ((50, 30, 30) if FILTER_PUSHDOWN else (50, 30, 50))

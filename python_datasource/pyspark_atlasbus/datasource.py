@@ -29,6 +29,10 @@ deadLetterTable            Delta table path: malformed entries go there (stage
 format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
 pageSize                   XRANGE COUNT per round trip (1000); also XPENDING's count
+filterPushdown             batch only: false (default); true narrows the read to the filters
+                           Spark pushes (timestamp, id, topic, stream; pyspark 4.2+ with
+                           spark.sql.python.filterPushdown.enabled; load the DataFrame per
+                           filtered query: Spark reuses a pushed scan's partitions)
 pendingOf                  batch only: list this consumer group's pending entries (who holds
                            each, idle ms, delivery count, the entry decoded) instead of
                            reading the streams; not with positions, group, deadLetterTable
@@ -105,14 +109,28 @@ class AtlasbusDataSource(DataSource):
 
     @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
-        from pyspark_atlasbus.batch_reader import AtlasbusBatchReader
+        """The batch reader; with filters when Spark's filter-pushdown planning asks; driver.
+
+        ``spark_features.planning_with_filters`` says why only then: Spark refuses a reader
+        that takes filters while ``spark.sql.python.filterPushdown.enabled`` is off.
+        """
+        from pyspark_atlasbus.batch_reader import AtlasbusBatchReader, AtlasbusFilteringBatchReader
+        from pyspark_atlasbus.spark_features import planning_with_filters
 
         options = self._source_options()
         require_batch_compatible(options)
+        filtering = options.filter_pushdown is True and planning_with_filters()
         if options.pending_of is not None:
-            from pyspark_atlasbus.pending_reader import AtlasbusPendingReader
+            from pyspark_atlasbus.pending_reader import (
+                AtlasbusFilteringPendingReader,
+                AtlasbusPendingReader,
+            )
 
+            if filtering:
+                return AtlasbusFilteringPendingReader(options)
             return AtlasbusPendingReader(options)
+        if filtering:
+            return AtlasbusFilteringBatchReader(options)
         return AtlasbusBatchReader(options)
 
     @user_facing

@@ -10,14 +10,19 @@ accordingly, and a retried task reads the list again as it then is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from atlasbus.operations.pending import PendingRead, plan_pending, read_pending
 from atlasbus.options.source import SourceOptions
+from atlasbus.planning.pushdown import PushedBounds
 from pyspark_atlasbus.user_errors import user_facing
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
 
 
 class PendingPartition(InputPartition):
@@ -36,14 +41,30 @@ class PendingPartition(InputPartition):
 class AtlasbusPendingReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
+        self.bounds = PushedBounds()
 
     @user_facing
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition per stream with pending entries; driver."""
-        return [PendingPartition(self.options, read) for read in plan_pending(self.options)]
+        """One partition per stream with pending entries (within ``self.bounds``); driver."""
+        reads = plan_pending(self.options, self.bounds)
+        return [PendingPartition(self.options, read) for read in reads]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Page through one stream's pending entries list; executor."""
         if not isinstance(partition, PendingPartition):
             return iter(())  # Spark's stand-in partition when the plan has none
         return read_pending(partition.options, partition.read)
+
+
+class AtlasbusFilteringPendingReader(AtlasbusPendingReader):
+    """The pending reader given Spark's filters (pyspark 4.2+ with filter pushdown on): the
+    same rules as a batch read's (``pushed_filters``), since a pending row's ``topic``,
+    ``stream``, ``id`` and ``timestamp`` are its entry's ID's, deleted entries included."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Keep what narrows the lists; hand back what Spark must still check; driver."""
+        from pyspark_atlasbus.pushed_filters import push
+
+        pushed = push(filters)
+        self.bounds = pushed.bounds
+        return pushed.to_spark

@@ -12,6 +12,11 @@ atlasbus runs beside every pyspark from 4.0 on and never moves the user's Spark.
   the version (``require_spark_for``); ``trigger(availableNow=True)`` reads everything
   available in one micro-batch; progress reports carry no latest offset, so ``LagListener``
   has nothing to report.
+- 4.2: ``DataSourceReader.pushFilters`` (filter pushdown for batch reads), used only when the
+  session sets ``spark.sql.python.filterPushdown.enabled`` (default false). Spark refuses a
+  read whose reader overrides ``pushFilters`` while that setting is off, so the data source
+  hands out its filtering reader only inside the planning step Spark runs when it is on
+  (``planning_with_filters``); otherwise, and on 4.0/4.1, a batch read reads as before.
 
 Imported on the driver and on executors; the names below stand in for the missing classes, so
 the same code loads on every line. docs/operations.md has the compatibility table.
@@ -19,7 +24,10 @@ the same code loads on every line. docs/operations.md has the compatibility tabl
 
 from __future__ import annotations
 
+import sys
+
 import pyspark
+from pyspark.sql.datasource import DataSourceReader
 
 from atlasbus.errors import ConfigurationError
 from atlasbus.options import keys
@@ -28,11 +36,14 @@ from atlasbus.options.source import SourceOptions
 __all__ = [
     "ADMISSION_CONTROL",
     "ADMISSION_CONTROL_SINCE",
+    "FILTER_PUSHDOWN",
+    "FILTER_PUSHDOWN_CONF",
     "SPARK_VERSION",
     "ReadAllAvailable",
     "ReadLimit",
     "ReadMaxRows",
     "SupportsTriggerAvailableNow",
+    "planning_with_filters",
     "require_spark_for",
 ]
 
@@ -71,6 +82,39 @@ except ImportError:  # pyspark 4.0, 4.1
 
 ADMISSION_CONTROL_SINCE = "4.2"
 """The first pyspark whose Python stream readers get admission control."""
+
+
+FILTER_PUSHDOWN = hasattr(DataSourceReader, "pushFilters")
+"""Whether this pyspark lets a batch reader take filters (4.2 and later)."""
+
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+"""Spark's setting that turns filter pushdown to Python data sources on (default false)."""
+
+_PUSHDOWN_PLANNER = "data_source_pushdown_filters"
+"""The module of pyspark's worker that creates the reader and calls ``pushFilters``
+(``pyspark.sql.worker.data_source_pushdown_filters``); Spark runs it only with
+``FILTER_PUSHDOWN_CONF`` on."""
+
+
+def planning_with_filters() -> bool:
+    """Whether ``DataSource.reader`` is being called by Spark's filter-pushdown planning.
+
+    Driver, in Spark's planning worker. Spark gives a reader filters only there, and
+    refuses elsewhere a reader whose class overrides ``pushFilters`` when
+    ``FILTER_PUSHDOWN_CONF`` is off: so the filtering reader is made here only. Looked up on
+    the call stack (the worker calls ``reader()`` from its own ``_main``); when not found
+    (a later pyspark that renamed it), reads stay unfiltered, as on 4.0, never wrong.
+    """
+    if not FILTER_PUSHDOWN:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        file = frame.f_code.co_filename
+        if name.endswith(_PUSHDOWN_PLANNER) or file.endswith(f"{_PUSHDOWN_PLANNER}.py"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def require_spark_for(options: SourceOptions) -> None:

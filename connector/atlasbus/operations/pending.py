@@ -39,9 +39,11 @@ from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_err
 from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.decoding.decoder import RawEntry, decode_envelopes, decode_raw
 from atlasbus.errors import ConfigurationError
+from atlasbus.model.entry_id import ZERO, EntryId
 from atlasbus.model.read_schema import pending_schema
 from atlasbus.options import keys
 from atlasbus.options.source import SourceOptions
+from atlasbus.planning.pushdown import MAX_ID, PushedBounds
 from atlasbus.reading.range_reader import (
     TARGET_BATCH_ROWS,  # rows per yielded batch, as ranges are read
 )
@@ -74,10 +76,24 @@ class PendingRead:
     group: str
     # How many entries were pending at planning (the task reads the list as it then is).
     planned: int
+    # The IDs listed, (after, upto]: a batch read's pushed filters (``PushedBounds``).
+    after: EntryId = ZERO
+    upto: EntryId = MAX_ID
+
+    def bounds(self) -> tuple[str, str]:
+        """XPENDING's start and end for ``(after, upto]`` (``(`` needs Redis 6.2)."""
+        start = "-" if self.after == ZERO else self.after.exclusive()
+        return start, "+" if self.upto == MAX_ID else str(self.upto)
 
 
-def plan_pending(options: SourceOptions) -> list[PendingRead]:
-    """One ``PendingRead`` per subscribed stream whose group has pending entries; driver."""
+def plan_pending(options: SourceOptions, bounds: PushedBounds | None = None) -> list[PendingRead]:
+    """One ``PendingRead`` per subscribed stream whose group has pending entries; driver.
+
+    ``bounds`` (a batch read's pushed filters) leaves out the streams they do not keep and
+    narrows each list to their IDs; the group is looked for on every subscribed stream all
+    the same, so a filter never turns a read into the missing group's error.
+    """
+    bounds = bounds or PushedBounds()
     group = options.pending_of
     assert group is not None
     subscription = options.subscription
@@ -92,9 +108,9 @@ def plan_pending(options: SourceOptions) -> list[PendingRead]:
             "'topics'/'topicPattern'/'streams' and 'streamPrefix'"
         )
     return [
-        PendingRead(stream, subscription.topic_of(stream), group, count)
+        PendingRead(stream, topic, group, count, bounds.after, bounds.upto)
         for stream, count in counts.items()
-        if count > 0
+        if count > 0 and bounds.keeps(stream, topic := subscription.topic_of(stream))
     ]
 
 
@@ -139,8 +155,9 @@ def read_pending(options: SourceOptions, read: PendingRead) -> Iterator[pa.Recor
     page_size = options.page_size
     batch_rows = max(TARGET_BATCH_ROWS, page_size)
     stream, group = read.stream, read.group
+    start, end = read.bounds()
     with raw_connection(options.endpoint) as connection, translate_errors(options.endpoint):
-        connection.send_command("XPENDING", stream, group, "-", "+", page_size)
+        connection.send_command("XPENDING", stream, group, start, end, page_size)
         page = _pending_page(connection)
         rows: list[PendingRow] = []
         entries: list[RawEntry | None] = []
@@ -148,7 +165,7 @@ def read_pending(options: SourceOptions, read: PendingRead) -> Iterator[pa.Recor
             more = len(page) == page_size
             commands: list[tuple[Any, ...]] = [("XRANGE", stream, row[0], row[0]) for row in page]
             if more:
-                commands.append(("XPENDING", stream, group, b"(" + page[-1][0], "+", page_size))
+                commands.append(("XPENDING", stream, group, b"(" + page[-1][0], end, page_size))
             connection.send_packed_command(connection.pack_commands(commands))
             for _ in page:
                 found = connection.read_response()

@@ -75,6 +75,9 @@ class SourceOptions:
     sweep: SweepPolicy | None = None
     # Kafka's minPartitions: cut a batch into about this many tasks at least (by time).
     min_partitions: int | None = None
+    # Batch reads: apply the filters Spark pushes (docs/options.md, "Filtering batch reads");
+    # None: not given (on).
+    filter_pushdown: bool | None = None
     # minReplicas/replicaTimeout: plan only entries that many replicas acknowledged
     replication: Replication | None = None
 
@@ -136,6 +139,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pending_of=_stripped(reader.non_empty(keys.PENDING_OF)),
         sweep=_parse_sweep(reader, shared.dead_letter_table),
         min_partitions=reader.positive_int(keys.MIN_PARTITIONS),
+        filter_pushdown=None
+        if reader.string(keys.FILTER_PUSHDOWN) is None
+        else reader.boolean(keys.FILTER_PUSHDOWN, True),
     )
     _refuse_what_pending_ignores(parsed)
     if parsed.dead_letter_table is not None and parsed.format == "raw":
@@ -387,6 +393,11 @@ def require_streaming_compatible(options: SourceOptions) -> None:
         raise ConfigurationError(
             f"option '{keys.PENDING_OF}' is for batch reads (spark.read) only: it lists a "
             "group's pending entries as they are now; read it with spark.read"
+        )
+    if options.filter_pushdown is not None:
+        raise ConfigurationError(
+            f"option '{keys.FILTER_PUSHDOWN}' is for batch reads (spark.read) only: a "
+            "streaming query reads every new entry and Spark filters the rows; remove it"
         )
 
 

@@ -93,6 +93,7 @@ def mark_batch(
     infos: Mapping[str, StreamInfo | None] | None = None,
     walks: Mapping[str, Walk] | None = None,
     removed_by_query: Mapping[str, int] | None = None,
+    count_ranges: bool = False,
 ) -> StreamOffsets:
     """The batch's end offset with each advancing stream's plan recorded; driver.
 
@@ -103,13 +104,24 @@ def mark_batch(
     does not advance keeps the plan of ``start`` verbatim, so an idle query's end offset equals
     its start and Spark runs no batch, and costs no question to Redis. The advancing streams'
     questions are asked together, a few round trips in all whatever their number (see
-    ``_plan_streams``).
+    ``_plan_streams``). ``count_ranges`` counts a one-task range whose count Redis's counters
+    cannot give (a window that ends before the stream's newest entry), up to
+    ``COUNT_CUTS_UP_TO`` entries, so its task finds any loss exactly rather than
+    conservatively.
     """
     advancing = [s for s in sorted(end) if end[s] > start.get(s, ZERO)]
     if infos is None or any(s not in infos for s in advancing):
         infos = {**(infos or {}), **catalog.info(advancing)}
     planned = _plan_streams(
-        catalog, options, start, end, advancing, infos, walks or {}, removed_by_query or {}
+        catalog,
+        options,
+        start,
+        end,
+        advancing,
+        infos,
+        walks or {},
+        removed_by_query or {},
+        count_ranges=count_ranges,
     )
     plans: dict[str, StreamPlan] = {}
     for stream in end:
@@ -168,6 +180,8 @@ def _plan_streams(
     infos: Mapping[str, StreamInfo | None],
     walks: Mapping[str, Walk],
     removed_by_query: Mapping[str, int],
+    *,
+    count_ranges: bool = False,
 ) -> dict[str, StreamPlan]:
     """Plan every advancing stream; Redis is asked in steps, each one round trip (or a few
     for long walks) for all the streams that need it:
@@ -237,6 +251,8 @@ def _plan_streams(
         by_size = math.ceil(entries[w.stream] / size)
         pieces = max(by_size, wanted.get(w.stream, 1))
         if pieces <= 1:
+            if count_ranges and w.present is None and entries[w.stream] <= COUNT_CUTS_UP_TO:
+                to_count.append(w)
             continue
         if pieces == by_size and entries[w.stream] <= COUNT_CUTS_UP_TO:
             to_count.append(w)
