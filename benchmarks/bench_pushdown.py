@@ -33,9 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from envelope_stream import STREAM, STREAM_PREFIX, TOPIC
 from run_report import benchmark_parser, chart_note, pyplot, save_chart, write_report
+
+from atlasbus.sandbox.redis_monitor import CommandMonitor
 
 RESULTS = Path(__file__).parent / "results" / "pushdown.json"
 T0 = 1_767_261_600_000  # 2026-01-01 10:00:00 UTC
@@ -113,42 +113,6 @@ def fill(port: int, ms: np.ndarray, seq: np.ndarray) -> float:
     return len(ms) / (time.perf_counter() - started)
 
 
-class Monitor:
-    """The commands Redis runs while open (MONITOR, on a thread of its own)."""
-
-    def __init__(self, url: str) -> None:
-        import redis
-
-        self.url = url
-        self.client = redis.Redis.from_url(url, socket_timeout=None)
-        self.commands: list[list[str]] = []
-        self.token = f"monitor-end-{uuid.uuid4().hex}"
-
-    def __enter__(self) -> Monitor:
-        self.monitor = self.client.monitor()
-        self.monitor.__enter__()
-        self.thread = threading.Thread(target=self._listen, daemon=True)
-        self.thread.start()
-        return self
-
-    def _listen(self) -> None:
-        for command in self.monitor.listen():
-            if self.token in command["command"]:
-                return
-            parts = command["command"].split(" ")
-            if parts[0].upper() in ("XRANGE", "XREVRANGE"):
-                self.commands.append(parts)
-
-    def __exit__(self, *exc: object) -> None:
-        import redis
-
-        with redis.Redis.from_url(self.url) as other:
-            other.echo(self.token)
-        self.thread.join(60)
-        self.monitor.__exit__()
-        self.client.close()
-
-
 def _key(text: str, *, exclusive_lower: bool = False) -> tuple[int, bool]:
     """An XRANGE bound as a sort key over ``ms * 2**20 + seq`` and whether it is exclusive."""
     if text in ("-", "+"):
@@ -193,13 +157,14 @@ def timed_read(
         .where(where)
     )
     calls_before = xrange_calls(client)
-    with Monitor(url) as monitor:
+    with CommandMonitor(url) as monitor:
         started = time.perf_counter()
         rows = frame.count()
         seconds = time.perf_counter() - started
     calls = xrange_calls(client) - calls_before
-    tasks = [p for p in monitor.commands if p[-2:] == ["COUNT", str(PAGE)]]
-    planning = [p for p in monitor.commands if p[-2:] != ["COUNT", str(PAGE)]]
+    ranges = monitor.split("XRANGE", "XREVRANGE")
+    tasks = [p for p in ranges if p[-2:] == ["COUNT", str(PAGE)]]
+    planning = [p for p in ranges if p[-2:] != ["COUNT", str(PAGE)]]
     client.close()
     return {
         "seconds": seconds,

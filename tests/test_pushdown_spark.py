@@ -7,7 +7,6 @@ Spark hands a Python data source filters only with ``spark.sql.python.filterPush
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,53 +14,22 @@ from typing import Any
 import pytest
 import redis
 
+from atlasbus.sandbox.redis_monitor import CommandMonitor
+
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 PAGE = 97  # the reads' XRANGE COUNT, told apart from planning's by it
 DAY = "2023-11-14 22:13:"
 
 
-class Monitor:
-    """Every command Redis runs while it is open (MONITOR on a thread of its own)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.client = redis.Redis.from_url(url, socket_timeout=None)
-        self.commands: list[str] = []
-        self.token = f"monitor-end-{uuid.uuid4().hex}"
-
-    def __enter__(self) -> Monitor:
-        self.monitor = self.client.monitor()
-        self.monitor.__enter__()
-        self.thread = threading.Thread(target=self._listen, daemon=True)
-        self.thread.start()
-        return self
-
-    def _listen(self) -> None:
-        for command in self.monitor.listen():
-            if self.token in command["command"]:
-                return
-            self.commands.append(command["command"])
-
-    def __exit__(self, *exc: object) -> None:
-        with redis.Redis.from_url(self.url) as other:
-            other.echo(self.token)
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "MONITOR did not see its end"
-        self.monitor.__exit__()
-        self.client.close()
-
-    def entries_read(self, r: redis.Redis, *, reads_only: bool) -> int:
-        """Entries Redis returned to the XRANGE/XREVRANGE commands seen (run again: the
-        streams have not changed); ``reads_only``: only the tasks' reads (COUNT ``PAGE``)."""
-        total = 0
-        for command in self.commands:
-            parts = command.split(" ")
-            if parts[0].upper() not in ("XRANGE", "XREVRANGE"):
-                continue
-            if reads_only and parts[-2:] != ["COUNT", str(PAGE)]:
-                continue
-            total += len(r.execute_command(*parts))
-        return total
+def entries_read(monitor: CommandMonitor, r: redis.Redis, *, reads_only: bool) -> int:
+    """Entries Redis returned to the XRANGE/XREVRANGE commands seen (run again: the streams
+    have not changed); ``reads_only``: only the tasks' reads (COUNT ``PAGE``)."""
+    total = 0
+    for parts in monitor.split("XRANGE", "XREVRANGE"):
+        if reads_only and parts[-2:] != ["COUNT", str(PAGE)]:
+            continue
+        total += len(r.execute_command(*parts))
+    return total
 
 
 @pytest.fixture(scope="module")
@@ -185,19 +153,19 @@ def test_pushed_rows_equal_unpushed_rows_and_only_the_window_is_read(
 ) -> None:
     prefix, entries = bus
     where = where.replace("{prefix}", prefix)
-    with Monitor(redis_url) as pushed_commands:
+    with CommandMonitor(redis_url) as pushed_commands:
         pushed = rows_of(load(pushdown_on, redis_url, prefix).where(where))
-    with Monitor(redis_url) as plain_commands:
+    with CommandMonitor(redis_url) as plain_commands:
         plain = rows_of(load(pushdown_on, redis_url, prefix, filterPushdown="false").where(where))
     assert pushed == plain, pushed_commands.commands
     in_window = sum(1 for e in entries if window(e))
     assert len(pushed) <= in_window
-    assert pushed_commands.entries_read(r, reads_only=True) == in_window
+    assert entries_read(pushed_commands, r, reads_only=True) == in_window
     # planning counts the window once (so a loss in it is told exactly, and none outside it
     # is taken for one) and reads an entry or two per stream (the one before the window, the
     # first in it); the tasks read the window
-    assert pushed_commands.entries_read(r, reads_only=False) <= 2 * in_window + 4
-    assert plain_commands.entries_read(r, reads_only=True) == len(entries)
+    assert entries_read(pushed_commands, r, reads_only=False) <= 2 * in_window + 4
+    assert entries_read(plain_commands, r, reads_only=True) == len(entries)
 
 
 def test_a_window_reads_the_same_as_starting_and_ending_offsets_intersected(
@@ -245,13 +213,13 @@ def test_without_spark_s_pushdown_setting_a_filtered_read_reads_everything_as_be
     spark.conf.set(conf, "false")
     try:
         where = f"topic = 'orders' and timestamp < '{DAY}20.050'"
-        with Monitor(redis_url) as commands:
+        with CommandMonitor(redis_url) as commands:
             rows = rows_of(load(spark, redis_url, prefix).where(where))
     finally:
         spark.conf.set(conf, before)
     expected = [f"{ms}-{seq}" for t, ms, seq in entries if t == "orders" and ms < T0 + 50]
     assert [row[2] for row in rows] == sorted(expected) and len(expected) == 7
-    assert commands.entries_read(r, reads_only=True) == len(entries)
+    assert entries_read(commands, r, reads_only=True) == len(entries)
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +261,7 @@ def test_pending_entries_pushed_equal_unpushed_and_list_only_the_window(
         frame = load(pushdown_on, redis_url, prefix, pendingOf="billing", **options)
         return rows_of(frame.where(where).drop("idle_ms"))
 
-    with Monitor(redis_url) as pushed_commands:
+    with CommandMonitor(redis_url) as pushed_commands:
         pushed = pending()
     plain = pending(filterPushdown="false")
     assert pushed == plain and len(pushed) > 0

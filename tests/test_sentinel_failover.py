@@ -82,10 +82,7 @@ def test_a_failover_under_a_running_query_loses_and_duplicates_nothing(
     try:
         old_master = redis.Redis(port=sentinels.master.port)
         wait_until(lambda: old_master.exists(f"{prefix}:out") and publisher.sent > 300, 120)
-        with redis.Redis(port=sentinels.sentinels[0].port) as sentinel:
-            sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.master_name)
-        new_port = sentinels.replicas[0].port
-        wait_until(lambda: sentinels.master_address() == ("127.0.0.1", new_port), 60)
+        new_port = _fail_over(sentinels)
         _go_on_then_drain(publisher, query)
     finally:
         publisher.stop.set()
@@ -143,10 +140,7 @@ def test_a_query_reading_through_a_failover_passes_on_only_what_survives_it(
     )
     try:
         wait_until(lambda: len(collector.rows) > 300, 120)
-        with redis.Redis(port=sentinels.sentinels[0].port) as sentinel:
-            sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.master_name)
-        new_port = sentinels.replicas[0].port
-        wait_until(lambda: sentinels.master_address() == ("127.0.0.1", new_port), 60)
+        new_port = _fail_over(sentinels)
         _go_on_then_drain(publisher, query)
     finally:
         publisher.stop.set()
@@ -155,6 +149,15 @@ def test_a_query_reading_through_a_failover_passes_on_only_what_survives_it(
     read = [row["id"] for row in collector.rows]
     assert len(read) == len(set(read)), "an entry was read twice"
     assert sorted(read) == sorted(kept), "the query read what the final master does not keep"
+
+
+def _fail_over(sentinels: LocalSentinels) -> int:
+    """``SENTINEL FAILOVER``; the port of the replica that is master once the Sentinels say so."""
+    with redis.Redis(port=sentinels.sentinels[0].port) as sentinel:
+        sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.master_name)
+    new_port = sentinels.replicas[0].port
+    wait_until(lambda: sentinels.master_address() == ("127.0.0.1", new_port), 60)
+    return new_port
 
 
 def _start_query(spark: Any, url: str, prefix: str, tmp_path: Path) -> Any:
