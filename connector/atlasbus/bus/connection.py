@@ -173,6 +173,11 @@ class RedisEndpoint:
     def __repr__(self) -> str:
         return f"RedisEndpoint({self.description})"
 
+    @property
+    def is_cluster(self) -> bool:
+        """The URL's server runs in cluster mode (asks it, once per process)."""
+        return is_cluster_client(self.client())
+
     def client(self) -> redis.Redis:
         """This process's client for the endpoint (created on first use, then reused).
 
@@ -249,10 +254,38 @@ class RedisEndpoint:
             follow_master(client, locator)
         with translate_errors(self):
             mode = _server_mode(client)
+            if mode == "cluster":
+                client.close()
+                cluster = self._cluster_client(bare_url)
+                _cluster_keys.add(self._key())
+                return cluster
             if mode not in (None, "standalone"):
                 client.close()
                 raise ConfigurationError(_unsupported_mode(self, mode))
             client.ping()  # redis-py's health checks PING later: a user without +ping fails now
+        return client
+
+    def _cluster_client(self, bare_url: str) -> Any:
+        """redis-py's cluster client, seeded with the URL's node: it reads the slot map from it
+        and routes each key to the master that owns its slot (``atlasbus.bus.cluster``)."""
+        from redis.cluster import RedisCluster
+
+        if self.database != 0:
+            raise ConfigurationError(_cluster_database_message(self))
+        identity = _library_identity()
+        if "driver_info" in identity:  # the cluster client passes only the old names to nodes
+            identity = {"lib_name": identity["driver_info"].formatted_name}
+            identity["lib_version"] = __import__("redis").__version__
+        with translate_errors(self):
+            client = RedisCluster.from_url(
+                bare_url,
+                username=self.effective_username,
+                password=self._effective_password(),
+                socket_connect_timeout=self.connect_timeout_s,
+                socket_timeout=self.read_timeout_s,
+                **identity,
+            )
+            client.ping(target_nodes=RedisCluster.PRIMARIES)
         return client
 
     def _master_locator(self, query: list[tuple[str, str]]) -> MasterLocator:
@@ -272,6 +305,13 @@ class RedisEndpoint:
             parsed = redis.ConnectionPool.from_url(f"rediss://localhost?{tls}").connection_kwargs
             limits.update({k: v for k, v in parsed.items() if k.startswith("ssl_")}, ssl=True)
         return MasterLocator(sentinel_parts(self.url), limits, wait_s=self.read_timeout_s)
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` is redis-py's cluster client (the URL named a cluster node)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
 
 
 def _server_mode(client: redis.Redis) -> str | None:
@@ -309,13 +349,7 @@ def _server_mode(client: redis.Redis) -> str | None:
 def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
     """Why a server in cluster or sentinel mode is refused, and where to point instead."""
     if mode == "cluster":
-        return (
-            f"Redis at {endpoint.description} runs in cluster mode, which atlasbus does not "
-            "support yet: it would miss the streams other nodes hold and fail on keys in "
-            "their slots (MOVED), and the exactly-once sink's transactions span several "
-            f"keys (CROSSSLOT). Point {named('url or env')} at a standalone Redis "
-            "(a primary, with or without replicas)"
-        )
+        return _cluster_database_message(endpoint)
     if mode == "sentinel":
         return (
             f"Redis at {endpoint.description} is a Sentinel, which holds no streams: name "
@@ -326,6 +360,14 @@ def _unsupported_mode(endpoint: RedisEndpoint, mode: str) -> str:
     return (
         f"Redis at {endpoint.description} runs in {mode!r} mode; atlasbus reads and writes a "
         f"standalone Redis: point {named('url or env')} at one"
+    )
+
+
+def _cluster_database_message(endpoint: RedisEndpoint) -> str:
+    return (
+        f"{named('url')} selects database {endpoint.database}, but Redis at "
+        f"{endpoint.description} runs in cluster mode, which has database 0 only: end the "
+        "URL with /0 (or no database)"
     )
 
 
@@ -409,6 +451,7 @@ def _tls_refusal(error: Exception) -> bool:
 
 _clients: dict[tuple[object, ...], redis.Redis] = {}
 _clients_lock = threading.Lock()
+_cluster_keys: set[tuple[object, ...]] = set()  # endpoints found to be clusters
 
 
 def forget_clients() -> None:
@@ -422,7 +465,8 @@ def forget_clients() -> None:
 
 def _close(client: redis.Redis) -> None:
     """Close the client and, for a Sentinel URL, its connections to the Sentinels."""
-    locator = client.connection_pool.connection_kwargs.get("master_locator")
+    pool = getattr(client, "connection_pool", None)  # the cluster client has one per node
+    locator = pool.connection_kwargs.get("master_locator") if pool is not None else None
     if locator is not None:
         locator.close()
     client.close()
@@ -470,7 +514,7 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
         raise
     except redis.exceptions.InvalidResponse as exc:
         _forget(endpoint)
-        detail = _scrub(str(exc), endpoint).rstrip(".")
+        detail = scrubbed(str(exc), endpoint).rstrip(".")
         raise RedisUnavailableError(
             f"what answers at {endpoint.description} does not speak Redis's protocol ({detail}): "
             f"check that {named('url or env')} points to a Redis server, with rediss:// "
@@ -478,7 +522,7 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
         ) from None
     except redis.ConnectionError as exc:
         _forget(endpoint)
-        detail = _scrub(str(exc), endpoint).rstrip(".")
+        detail = scrubbed(str(exc), endpoint).rstrip(".")
         if _handshake_refused_without_client_certificate(endpoint, detail):
             raise RedisUnavailableError(
                 f"cannot reach Redis at {endpoint.description}: {detail}. The server ended the "
@@ -528,7 +572,7 @@ def timeout_message(endpoint: RedisEndpoint, detail: str) -> str:
 def _refused(endpoint: RedisEndpoint, text: str) -> str:
     if "must be called with the client already authenticated" in text:
         text = "Authentication required"  # the server's NOAUTH reply to redis-py's HELLO
-    detail = _scrub(text, endpoint).split(".")[0]
+    detail = scrubbed(text, endpoint).split(".")[0]
     return (
         f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
         f"Check {named('credentials')}."
@@ -555,7 +599,7 @@ def _no_permission(endpoint: RedisEndpoint, text: str, key_pattern: str | None) 
             f"key: add the stream prefix's keys to the user's ACL (ACL SETUSER {user} "
             f"~{pattern}), see docs/operations.md"
         )
-    detail = _scrub(text, endpoint).removeprefix("NOPERM").strip().rstrip(".")
+    detail = scrubbed(text, endpoint).removeprefix("NOPERM").strip().rstrip(".")
     return (
         f"Redis at {endpoint.description} refused {endpoint.user_description}: {detail}. "
         f"Grant it in the user's ACL (ACL SETUSER {user} ...), see docs/operations.md"
@@ -575,22 +619,61 @@ def across_failovers(endpoint: RedisEndpoint, step: Callable[[], T]) -> T:
         try:
             return step()
         except RedisUnavailableError:
-            if not endpoint.is_sentinel or attempt == FAILOVER_ATTEMPTS - 1:
+            if endpoint.is_sentinel and attempt < FAILOVER_ATTEMPTS - 1:
+                log.info(
+                    "the connection to the %s dropped: asking the Sentinels", endpoint.description
+                )
+                continue
+            if not _cached_cluster(endpoint):
                 raise
-            log.info("the connection to the %s dropped: asking the Sentinels", endpoint.description)
+            return _across_cluster_failover(endpoint, step)
     raise AssertionError("unreachable")
 
 
+def _across_cluster_failover(endpoint: RedisEndpoint, step: Callable[[], T]) -> T:
+    """Run ``step`` again while a cluster replaces a failed master (its replica is promoted
+    once the other masters agree it failed: ``cluster-node-timeout`` and an election), up to
+    the URL's ``socket_timeout``; then the node's error stands."""
+    import time
+
+    from atlasbus.bus.cluster import FAILOVER_POLL_S, refresh_slot_map
+
+    deadline = time.monotonic() + endpoint.read_timeout_s
+    while True:
+        time.sleep(FAILOVER_POLL_S)
+        try:
+            refresh_slot_map(endpoint.client())
+            return step()
+        except RedisUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            log.info(
+                "a node of the cluster at %s did not answer: asking again", endpoint.description
+            )
+
+
+def _cached_cluster(endpoint: RedisEndpoint) -> bool:
+    """Whether ``endpoint`` was found to be a cluster in this process (never connects)."""
+    return endpoint._key() in _cluster_keys
+
+
 @contextmanager
-def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
+def raw_connection(endpoint: RedisEndpoint, *, key: str | None = None) -> Iterator[Any]:
     """Borrow one pooled connection of the process's client for raw commands; executor or driver.
 
     Raw use (``send_command``/``read_response``) skips redis-py's reply parsing. A connection
     left with a reply unread (an error, or a reader stopped early) is closed, never handed to
-    the next user.
+    the next user. On a cluster the connection is to the master that owns ``key``'s slot (as
+    the client's slot map says: a reply of MOVED or ASK means it moved).
     """
-    client = endpoint.client()
-    pool = client.connection_pool
+    client: Any = endpoint.client()
+    if is_cluster_client(client):
+        if key is None:
+            raise ValueError("a raw connection to a Redis Cluster needs the key it is for")
+        with translate_errors(endpoint):
+            pool = client.get_redis_connection(client.get_node_from_key(key)).connection_pool
+    else:
+        pool = client.connection_pool
     with translate_errors(endpoint):
         connection = pool.get_connection()
     clean = False
@@ -599,7 +682,7 @@ def raw_connection(endpoint: RedisEndpoint) -> Iterator[Any]:
         clean = True
     finally:
         if not clean:
-            connection.disconnect()  # type: ignore[no-untyped-call]
+            connection.disconnect()
         pool.release(connection)
 
 
@@ -610,7 +693,7 @@ def _forget(endpoint: RedisEndpoint) -> None:
         _close(client)
 
 
-def _scrub(message: str, endpoint: RedisEndpoint) -> str:
+def scrubbed(message: str, endpoint: RedisEndpoint) -> str:
     """``message`` with every password the endpoint holds (option, URL, query) as ``***``."""
     url_password = urlsplit(endpoint.url).password
     secrets = {endpoint.password, url_password, unquote(url_password) if url_password else None}

@@ -6,13 +6,17 @@ Replies are read raw where redis-py's per-entry parsing would only be thrown awa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from atlasbus.bus.cluster import send_by_node
 from atlasbus.bus.connection import (
     RedisEndpoint,
     across_failovers,
+    is_cluster_client,
     raw_connection,
     translate_errors,
 )
@@ -182,7 +186,7 @@ class StreamCatalog:
         walked = [0] * len(walks)
         active = [i for i, w in enumerate(walks) if w.budget is None or w.budget > 0]
         with (
-            raw_connection(self.endpoint) as connection,
+            self._round_trips() as send,
             translate_errors(self.endpoint),
             cyclic_gc_paused(),
         ):
@@ -192,8 +196,7 @@ class StreamCatalog:
                 for i in active:
                     budget = walks[i].budget
                     counts.append(page if budget is None else min(budget - walked[i], page))
-                replies = _send_all(
-                    connection,
+                replies = send(
                     [
                         (
                             "XRANGE",
@@ -345,10 +348,22 @@ class StreamCatalog:
             return []
 
         def send() -> list[Any]:
-            with raw_connection(self.endpoint) as connection, translate_errors(self.endpoint):
-                return _send_all(connection, commands, raise_errors=raise_errors)
+            with self._round_trips() as send_all, translate_errors(self.endpoint):
+                return send_all(commands, raise_errors=raise_errors)
 
         return across_failovers(self.endpoint, send)
+
+    @contextmanager
+    def _round_trips(self) -> Iterator[Callable[..., list[Any]]]:
+        """A function that sends commands in one round trip and returns their raw replies: on
+        one borrowed connection, or on a cluster to each key's master (``send_by_node``)."""
+        with translate_errors(self.endpoint):
+            cluster = is_cluster_client(self._redis)
+        if cluster:
+            yield partial(send_by_node, self.endpoint)
+            return
+        with raw_connection(self.endpoint) as connection:
+            yield partial(_send_all, connection)
 
 
 @dataclass
@@ -364,7 +379,7 @@ class Advance:
 
 
 def _send_all(
-    connection: Any, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool
+    connection: Any, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool = True
 ) -> list[Any]:
     """Write every command, then read every reply (raw): one round trip on ``connection``.
 

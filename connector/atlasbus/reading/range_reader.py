@@ -14,6 +14,7 @@ micro-batch adds nothing twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from functools import partial
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from atlasbus.bus.cluster import FAILOVER_POLL_S, REDIRECT_PAUSE_S, REDIRECTS, refresh_slot_map
 from atlasbus.bus.connection import FAILOVER_ATTEMPTS, raw_connection, translate_errors
 from atlasbus.bus.gc_pause import cyclic_gc_paused
 from atlasbus.bus.stream_catalog import StreamCatalog
@@ -100,18 +102,35 @@ def _received_replies(
     cut. Replies are read raw from the connection: redis-py's per-entry reply parsing would
     build dicts only to throw them away.
     """
+    import redis
+
     resume = _Resume(read.after.exclusive())
-    for attempt in range(FAILOVER_ATTEMPTS):
+    endpoint = options.endpoint
+    failures = 0
+    deadline: float | None = None  # a cluster's redirects and failovers are waited out until then
+    while True:
         try:
             yield from _replies_after(options, read, resume)
             return
-        except RedisUnavailableError as failure:
-            if not options.endpoint.is_sentinel or attempt == FAILOVER_ATTEMPTS - 1:
+        except (RedisUnavailableError, *REDIRECTS) as failure:  # type: ignore[misc]
+            redirected = isinstance(failure, redis.ResponseError)
+            if endpoint.is_sentinel and not redirected:
+                failures += 1
+                if failures == FAILOVER_ATTEMPTS:
+                    raise
+            elif endpoint.is_cluster:
+                deadline = deadline or time.monotonic() + endpoint.read_timeout_s
+                if time.monotonic() > deadline:
+                    raise
+                pause = REDIRECT_PAUSE_S if redirected else FAILOVER_POLL_S
+                time.sleep(0 if isinstance(failure, redis.exceptions.MovedError) else pause)
+                refresh_slot_map(endpoint.client())
+            else:
                 raise
             log.warning(
                 "reading %s on the %s: %s; going on after the last entry received",
                 read.stream,
-                options.endpoint.description,
+                endpoint.description,
                 failure,
             )
 
@@ -131,7 +150,7 @@ def _replies_after(
     page_size = options.page_size
     upto = str(read.upto)
     with (
-        raw_connection(options.endpoint) as connection,
+        raw_connection(options.endpoint, key=read.stream) as connection,
         translate_errors(options.endpoint),
     ):
         pages = _pages_reader(connection, any_layout=options.format == "raw")
