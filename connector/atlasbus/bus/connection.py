@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit
 
 from atlasbus.bus.redis_url import (
@@ -258,7 +258,9 @@ class RedisEndpoint:
                 client.close()
                 cluster = self._cluster_client(bare_url)
                 _cluster_keys.add(self._key())
-                return cluster
+                # redis-py's RedisCluster answers the same commands; callers check
+                # is_cluster_client where routing matters
+                return cast("redis.Redis", cluster)
             if mode not in (None, "standalone"):
                 client.close()
                 raise ConfigurationError(_unsupported_mode(self, mode))
