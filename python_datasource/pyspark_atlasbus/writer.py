@@ -32,6 +32,7 @@ from atlasbus.publishing.publisher import (
     marker_key,
     retire_streaming_markers,
 )
+from atlasbus.publishing.slot_lanes import SlotLanes
 from pyspark_atlasbus.query_context import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -44,7 +45,7 @@ class PublishedPartition(WriterCommitMessage):
     """What one task did: entries it added, input rows it skipped as already published."""
 
     partition: int
-    marker: str | None
+    markers: list[str]  # one, or on a Redis Cluster one per hash slot written to
     published: int
     skipped: int
     query_id: str | None = None
@@ -72,17 +73,22 @@ def _publish(
             sink_write_id(*dead_letter_write, partition),
             task_query_context(),
         )
-    with Publisher(
-        options,
-        marker=marker,
-        rejects=rejects,
-    ) as publisher:
+    publisher: Publisher | SlotLanes
+    if options.endpoint.is_cluster:
+        publisher = SlotLanes(options, marker=marker, rejects=rejects)
+    else:
+        publisher = Publisher(options, marker=marker, rejects=rejects)
+    with publisher:
         for batch in iterator:
             publisher.publish(batch)
         publisher.finish()
+    if isinstance(publisher, SlotLanes):
+        markers = publisher.markers
+    else:
+        markers = [marker] if marker is not None else []
     return PublishedPartition(
         partition,
-        marker,
+        markers,
         publisher.published,
         publisher.skipped,
         query_id,
@@ -91,9 +97,7 @@ def _publish(
 
 
 def _markers(messages: list[WriterCommitMessage | None]) -> list[str]:
-    return [
-        m.marker for m in messages if isinstance(m, PublishedPartition) and m.marker is not None
-    ]
+    return [marker for m in messages if isinstance(m, PublishedPartition) for marker in m.markers]
 
 
 class AtlasbusBatchWriter(DataSourceArrowWriter):

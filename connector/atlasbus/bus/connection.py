@@ -176,7 +176,12 @@ class RedisEndpoint:
     @property
     def is_cluster(self) -> bool:
         """The URL's server runs in cluster mode (asks it, once per process)."""
-        return is_cluster_client(self.client())
+        return self.known_cluster or is_cluster_client(self.client())
+
+    @property
+    def known_cluster(self) -> bool:
+        """Whether this process found the URL's server in cluster mode (never connects)."""
+        return self._key() in _cluster_keys
 
     def client(self) -> redis.Redis:
         """This process's client for the endpoint (created on first use, then reused).
@@ -626,7 +631,7 @@ def across_failovers(endpoint: RedisEndpoint, step: Callable[[], T]) -> T:
                     "the connection to the %s dropped: asking the Sentinels", endpoint.description
                 )
                 continue
-            if not _cached_cluster(endpoint):
+            if not endpoint.known_cluster:
                 raise
             return _across_cluster_failover(endpoint, step)
     raise AssertionError("unreachable")
@@ -652,11 +657,6 @@ def _across_cluster_failover(endpoint: RedisEndpoint, step: Callable[[], T]) -> 
             log.info(
                 "a node of the cluster at %s did not answer: asking again", endpoint.description
             )
-
-
-def _cached_cluster(endpoint: RedisEndpoint) -> bool:
-    """Whether ``endpoint`` was found to be a cluster in this process (never connects)."""
-    return endpoint._key() in _cluster_keys
 
 
 @contextmanager

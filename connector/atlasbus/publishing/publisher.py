@@ -26,21 +26,25 @@ sent, and the task goes on.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from redis.exceptions import MovedError
 
+from atlasbus.bus.cluster import FAILOVER_POLL_S, REDIRECT_PAUSE_S, REDIRECTS, refresh_slot_map
 from atlasbus.bus.connection import (
     FAILOVER_ATTEMPTS,
     RedisEndpoint,
+    is_cluster_client,
     raw_connection,
     translate_errors,
 )
@@ -61,6 +65,23 @@ DISCARD_MARKERS_WITHIN_S = 1.0  # what a failed batch write's abort gives its cl
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 _UNWATCH = b"*1\r\n$7\r\nUNWATCH\r\n"
+
+
+class SlotMoved(RedisUnavailableError):
+    """A Redis Cluster answered MOVED (``settled``: the slot has a new master), or ASK or
+    TRYAGAIN (its keys are being migrated)."""
+
+    def __init__(self, message: str, *, settled: bool) -> None:
+        super().__init__(message)
+        self.settled = settled
+
+
+def _pause_after(failure: Exception) -> float:
+    """How long a cluster's publisher waits before trying again: not at all after MOVED, a
+    moment while a slot's keys migrate, longer while a failed master is replaced."""
+    if isinstance(failure, SlotMoved):
+        return 0.0 if failure.settled else REDIRECT_PAUSE_S
+    return FAILOVER_POLL_S
 
 
 def marker_key(options: SinkOptions, write_id: str, partition: int) -> str:
@@ -101,15 +122,19 @@ class Publisher:
         marker: str | None,
         rejects: RejectedRows | None = None,
         collect_entry_ids: bool = False,
+        route_key: str | None = None,
     ) -> None:
         """``rejects`` records the rows the encoder rejects (required with option
         ``deadLetterTable``: ``atlasbus.dead_letters.sink.SinkDeadLetters``). With
-        ``collect_entry_ids``, ``entry_ids`` gets each published row's new entry ID."""
+        ``collect_entry_ids``, ``entry_ids`` gets each published row's new entry ID. On a
+        Redis Cluster, ``route_key`` is a key in the slot of every stream this publisher
+        writes to (``atlasbus.publishing.slot_lanes``): its connection goes to that master."""
         if options.dead_letter_table is not None and rejects is None:
             raise ValueError("a sink with a deadLetterTable needs somewhere to record rejects")
         self.options = options
         self.marker = marker
         self.rejects = rejects
+        self.route_key = route_key
         self.position = 0  # input rows seen so far
         self.done = 0  # input rows known to be published (the marker's count)
         self.published = 0  # entries this attempt added
@@ -158,7 +183,9 @@ class Publisher:
         resuming after a failover goes on from the count)."""
         if self._conn is None:
             stack = ExitStack()
-            self._conn = stack.enter_context(raw_connection(self.options.endpoint))
+            self._conn = stack.enter_context(
+                raw_connection(self.options.endpoint, key=self.route_key)
+            )
             self._borrowed = stack
             if self.marker is not None:
                 replies = self._roundtrip(
@@ -198,7 +225,12 @@ class Publisher:
             )
 
     def _roundtrip(self, payload: Iterable[bytes | memoryview], replies: int) -> list[Any]:
-        """Send ready-made commands, read their replies; Redis errors come back as values."""
+        """Send ready-made commands, read their replies; Redis errors come back as values.
+
+        On a cluster, a reply that sends a command elsewhere (MOVED, ASK, TRYAGAIN: the slot
+        moved or is moving) raises ``SlotMoved`` once every reply is read; inside a
+        transaction it also aborted the transaction, so nothing of it was applied.
+        """
         conn = self._conn
         out: list[Any] = []
         with translate_errors(self.options.endpoint):
@@ -213,6 +245,13 @@ class Publisher:
                     if not isinstance(exc, redis.ResponseError):
                         raise
                     out.append(exc)
+        redirect = next((reply for reply in out if isinstance(reply, REDIRECTS)), None)
+        if redirect is not None:
+            raise SlotMoved(
+                f"the slot of {self.route_key!r} moved on the Redis Cluster at "
+                f"{self.options.endpoint.description} ({redirect})",
+                settled=isinstance(redirect, MovedError),
+            )
         return out
 
     # --- publishing ---------------------------------------------------------------------------
@@ -222,28 +261,42 @@ class Publisher:
         if batch.num_rows == 0:
             return
         first = self.position
-        for attempt in range(FAILOVER_ATTEMPTS):
+        failure: RedisUnavailableError | ReplicasBehind | None = None
+        deadline: float | None = None  # a cluster's moved slot or failed master, waited out
+        for attempt in itertools.count():
             try:
+                if failure is not None:
+                    self._resume_after_failover(first, failure)
                 self._publish_batch(batch)
                 return
-            except (RedisUnavailableError, ReplicasBehind) as failure:
+            except (RedisUnavailableError, ReplicasBehind) as failed:
+                failure = failed
                 endpoint = self.options.endpoint
-                resumable = (
-                    self.marker is not None
-                    and endpoint.is_sentinel
-                    and self._held is None
-                    and attempt < FAILOVER_ATTEMPTS - 1
-                    # replicas behind a master still in place: its rows are not safe yet
-                    and not (
-                        isinstance(failure, ReplicasBehind)
-                        and not endpoint.master_moved_from(self._conn)
+                resumable = self.marker is not None and self._held is None
+                if resumable and endpoint.known_cluster:
+                    deadline = deadline or time.monotonic() + endpoint.read_timeout_s
+                    resumable = time.monotonic() < deadline and not isinstance(
+                        failure, ReplicasBehind
                     )
-                )
+                    if resumable:
+                        time.sleep(_pause_after(failure))
+                        with suppress(RedisUnavailableError):  # the next attempt says why
+                            refresh_slot_map(endpoint.client())
+                else:
+                    resumable = (
+                        resumable
+                        and endpoint.is_sentinel
+                        and attempt < FAILOVER_ATTEMPTS - 1
+                        # replicas behind a master still in place: its rows are not safe yet
+                        and not (
+                            isinstance(failure, ReplicasBehind)
+                            and not endpoint.master_moved_from(self._conn)
+                        )
+                    )
                 if not resumable:
                     if isinstance(failure, ReplicasBehind):
                         raise PublishError(str(failure)) from None
                     raise
-                self._resume_after_failover(first, failure)
 
     def _publish_batch(self, batch: pa.RecordBatch) -> None:
         self._connection()
@@ -308,7 +361,7 @@ class Publisher:
         )
         if encoded.rejections:
             if self.options.dead_letter_table is None:
-                raise PublishError(_rejection_message(encoded))
+                raise PublishError(rejection_message(encoded))
             self._dead_letter(batch.slice(skip), encoded, row_base=first + skip)
         self._check_stream_keys(encoded)
         offset = first + skip  # task-wide number of encoded row 0
@@ -478,7 +531,7 @@ def _marker_value(raw: Any, key: str) -> tuple[int, list[str]]:
         ) from None
 
 
-def _rejection_message(encoded: EncodedBatch) -> str:
+def rejection_message(encoded: EncodedBatch) -> str:
     first = encoded.rejections[0]
     more = len(encoded.rejections) - 1
     tail = f" ({more} more row(s) in this batch cannot be published either)" if more else ""
@@ -584,6 +637,16 @@ def retire_streaming_markers(
             if int(raw_batch) < batch_id:
                 old_batches.append(raw_batch)
                 stale.extend(json.loads(raw_keys))
+        if is_cluster_client(client):  # markers sit in their streams' slots: no transaction
+            pipe = client.pipeline(transaction=False)
+            pipe.hset(registry, str(batch_id), json.dumps(sorted(set(keys))))
+            if old_batches:
+                pipe.hdel(registry, *old_batches)
+            pipe.expire(registry, MARKER_TTL_SECONDS)
+            pipe.execute()
+            if stale:  # listed no more: a crash here leaves them to their TTL
+                client.delete(*stale)
+            return
         pipe = client.pipeline(transaction=True)
         pipe.hset(registry, str(batch_id), json.dumps(sorted(set(keys))))
         if old_batches:
