@@ -280,9 +280,6 @@ class RedisEndpoint:
         if self.database != 0:
             raise ConfigurationError(_cluster_database_message(self))
         identity = _library_identity()
-        if "driver_info" in identity:  # the cluster client passes only the old names to nodes
-            identity = {"lib_name": identity["driver_info"].formatted_name}
-            identity["lib_version"] = __import__("redis").__version__
         with translate_errors(self):
             client = RedisCluster.from_url(
                 bare_url,
