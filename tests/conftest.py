@@ -63,6 +63,7 @@ CHILD_SPARK_TESTS: frozenset[tuple[str, str]] = frozenset(
 # processes of its own (drivers, redis-servers, a Spark Connect server, other pyspark lines).
 SLOW_FILES: frozenset[str] = frozenset(
     {
+        "test_cluster_faults.py",  # clusters of their own, migrated and failed over
         "test_delta_sink_crash.py",
         "test_deployments.py",
         "test_docs_code_runs.py",  # runs the docs' Python blocks on Spark

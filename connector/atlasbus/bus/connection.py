@@ -14,7 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit
@@ -115,7 +115,11 @@ class RedisEndpoint:
         if parts.scheme.lower() == "unix":
             return f"unix socket {parts.path}"
         tls = " (TLS)" if parts.scheme.lower() == "rediss" else ""
-        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}{tls}"
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}{tls}"
+        node = getattr(_routed, "node", None)
+        if node is not None and self.known_cluster:  # in raw_connection: name the key's node
+            return f"{node}, the node of the Redis Cluster at {where} that owns the key"
+        return where
 
     @property
     def effective_username(self) -> str | None:
@@ -456,6 +460,7 @@ def _tls_refusal(error: Exception) -> bool:
 _clients: dict[tuple[object, ...], redis.Redis] = {}
 _clients_lock = threading.Lock()
 _cluster_keys: set[tuple[object, ...]] = set()  # endpoints found to be clusters
+_routed = threading.local()  # .node: the cluster node of this thread's raw connection
 
 
 def forget_clients() -> None:
@@ -505,6 +510,13 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
                 f"Redis at {endpoint.description} is a read-only replica ({text}): point "
                 f"{named('url or env')} at the primary"
             ) from None
+        if text.startswith("CLUSTERDOWN"):
+            _forget(endpoint)
+            raise RedisUnavailableError(
+                f"Redis at {endpoint.description} says the cluster is down ({text}): a master "
+                "that failed has no replica to take over its slots. Bring it back (the query "
+                "resumes from its checkpoint); CLUSTER NODES lists the failed node"
+            ) from None
         if "SELECT is not allowed in cluster mode" in text:  # redis-py selects before HELLO
             _forget(endpoint)
             raise ConfigurationError(_unsupported_mode(endpoint, "cluster")) from None
@@ -516,6 +528,12 @@ def translate_errors(endpoint: RedisEndpoint, *, key_pattern: str | None = None)
                 "below the server's 'databases' setting (16 by default), e.g. /0"
             ) from None
         raise
+    except redis.exceptions.RedisClusterException as exc:  # no node of the slot map answers
+        detail = scrubbed(str(exc), endpoint).rstrip(".")
+        raise RedisUnavailableError(
+            f"cannot reach the Redis Cluster at {endpoint.description}: {detail}. Check that its "
+            f"nodes are running and that {named('url or env')} names one of them."
+        ) from None
     except redis.exceptions.InvalidResponse as exc:
         _forget(endpoint)
         detail = scrubbed(str(exc), endpoint).rstrip(".")
@@ -666,14 +684,16 @@ def raw_connection(endpoint: RedisEndpoint, *, key: str | None = None) -> Iterat
     the client's slot map says: a reply of MOVED or ASK means it moved).
     """
     client: Any = endpoint.client()
+    node = None
     if is_cluster_client(client):
         if key is None:
             raise ValueError("a raw connection to a Redis Cluster needs the key it is for")
         with translate_errors(endpoint):
-            pool = client.get_redis_connection(client.get_node_from_key(key)).connection_pool
+            node = client.get_node_from_key(key)
+            pool = client.get_redis_connection(node).connection_pool
     else:
         pool = client.connection_pool
-    with translate_errors(endpoint):
+    with on_node(node.name if node is not None else None), translate_errors(endpoint):
         connection = pool.get_connection()
     clean = False
     try:
@@ -685,7 +705,36 @@ def raw_connection(endpoint: RedisEndpoint, *, key: str | None = None) -> Iterat
         pool.release(connection)
 
 
+@contextmanager
+def on_node(node: str | None) -> Iterator[None]:
+    """Within the block, a cluster endpoint's ``description`` (and so every error
+    ``translate_errors`` raises) names ``node`` (``host:port``), the node the block talks to."""
+    outer = getattr(_routed, "node", None)
+    _routed.node = node
+    try:
+        yield
+    finally:
+        _routed.node = outer
+
+
+def node_of(endpoint: RedisEndpoint, key: str) -> str | None:
+    """``host:port`` of the cluster node that owns ``key`` (None off a cluster)."""
+    client: Any = endpoint.client()
+    return client.get_node_from_key(key).name if is_cluster_client(client) else None
+
+
 def _forget(endpoint: RedisEndpoint) -> None:
+    """Drop the process's client, so the next use connects afresh; a cluster's client is kept
+    (its other nodes still answer) and reads the slot map again instead."""
+    if endpoint.known_cluster:
+        from atlasbus.bus.cluster import refresh_slot_map
+
+        with _clients_lock:
+            client = _clients.get(endpoint._key())
+        if client is not None:
+            with suppress(Exception):  # the node's own error is the one to report
+                refresh_slot_map(client)
+        return
     with _clients_lock:
         client = _clients.pop(endpoint._key(), None)
     if client is not None:

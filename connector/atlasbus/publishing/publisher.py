@@ -45,6 +45,8 @@ from atlasbus.bus.connection import (
     FAILOVER_ATTEMPTS,
     RedisEndpoint,
     is_cluster_client,
+    node_of,
+    on_node,
     raw_connection,
     translate_errors,
 )
@@ -148,6 +150,7 @@ class Publisher:
         self._held_rows = 0
         self._checked_keys: set[str] = set()  # target keys known to be streams (or absent)
         self._conn: Any = None
+        self._node: str | None = None  # on a cluster, the master ``route_key`` is on
         self._borrowed: ExitStack | None = None  # returns the connection to its pool
 
     # --- connection ---------------------------------------------------------------------------
@@ -183,6 +186,8 @@ class Publisher:
         resuming after a failover goes on from the count)."""
         if self._conn is None:
             stack = ExitStack()
+            if self.route_key is not None:
+                self._node = node_of(self.options.endpoint, self.route_key)
             self._conn = stack.enter_context(
                 raw_connection(self.options.endpoint, key=self.route_key)
             )
@@ -233,7 +238,7 @@ class Publisher:
         """
         conn = self._conn
         out: list[Any] = []
-        with translate_errors(self.options.endpoint):
+        with on_node(self._node), translate_errors(self.options.endpoint):
             conn.send_packed_command(payload, check_health=False)
             read = conn.read_response
             for _ in range(replies):

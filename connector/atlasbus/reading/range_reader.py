@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from atlasbus.bus.cluster import FAILOVER_POLL_S, REDIRECT_PAUSE_S, REDIRECTS, refresh_slot_map
-from atlasbus.bus.connection import FAILOVER_ATTEMPTS, raw_connection, translate_errors
+from atlasbus.bus.connection import (
+    FAILOVER_ATTEMPTS,
+    node_of,
+    on_node,
+    raw_connection,
+    translate_errors,
+)
 from atlasbus.bus.gc_pause import cyclic_gc_paused
 from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.decoding.decoder import DecodedPage, decode_envelope_page, decode_raw
@@ -150,6 +156,7 @@ def _replies_after(
     page_size = options.page_size
     upto = str(read.upto)
     with (
+        on_node(node_of(options.endpoint, read.stream)),
         raw_connection(options.endpoint, key=read.stream) as connection,
         translate_errors(options.endpoint),
     ):

@@ -21,14 +21,33 @@ class LocalCluster:
     every replica (``CLUSTER SLOTS`` lists them everywhere).
     """
 
-    def __init__(self, masters: int = 3, replicas: int = 1, *, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        replicas: int = 1,
+        *,
+        binary: str | None = None,
+        node_timeout_ms: int | None = None,
+        appendonly: bool = False,
+    ) -> None:
+        """``node_timeout_ms`` is ``cluster-node-timeout`` (how long a silent master takes to
+        be failed, 15 s by default); ``appendonly`` keeps each node's data across
+        ``RedisServer.kill()`` and ``start()`` (fsync on every write)."""
         if masters < 1 or replicas < 0:
             raise ValueError("a cluster needs at least one master, and replicas >= 0")
-        self.masters = [RedisServer(cluster_enabled=True, binary=binary) for _ in range(masters)]
-        self.replicas = [
-            [RedisServer(cluster_enabled=True, binary=binary) for _ in range(replicas)]
-            for _ in range(masters)
-        ]
+        extra = ["--cluster-node-timeout", str(node_timeout_ms)] if node_timeout_ms else []
+
+        def node() -> RedisServer:
+            return RedisServer(
+                cluster_enabled=True,
+                binary=binary,
+                appendonly=appendonly,
+                appendfsync="always",
+                extra_args=extra,
+            )
+
+        self.masters = [node() for _ in range(masters)]
+        self.replicas = [[node() for _ in range(replicas)] for _ in range(masters)]
         self._stack = ExitStack()
 
     @property
@@ -95,6 +114,56 @@ class LocalCluster:
     def stop(self) -> None:
         self._stack.close()
 
+    def migrate_slot(self, slot: int, target: RedisServer, *, key_pause_s: float = 0.0) -> None:
+        """Move ``slot`` to master ``target`` as ``redis-cli --cluster reshard`` does:
+        IMPORTING/MIGRATING, MIGRATE key by key (``key_pause_s`` apart, so clients meet ASK
+        while some keys have moved), then SETSLOT NODE on every master."""
+        import redis
+
+        clients: dict[int, Any] = {m.port: redis.Redis(port=m.port) for m in self.masters}
+        try:
+            source = next(port for port, c in clients.items() if _owns(c, slot))
+            if source == target.port:
+                return
+            ids = {port: _text(c.execute_command("CLUSTER", "MYID")) for port, c in clients.items()}
+            clients[target.port].execute_command(
+                "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source]
+            )
+            clients[source].execute_command(
+                "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port]
+            )
+            while keys := clients[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1):
+                clients[source].execute_command(
+                    "MIGRATE", "127.0.0.1", target.port, "", 0, 10_000, "KEYS", *keys
+                )
+                time.sleep(key_pause_s)
+            for port in (target.port, source, *clients):  # the two ends first, as redis-cli does
+                clients[port].execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+        finally:
+            for client in clients.values():
+                client.close()
+
+    def fail_over(self, master: RedisServer, timeout: float = 60.0) -> RedisServer:
+        """``CLUSTER FAILOVER`` on ``master``'s first replica; that replica, once every node's
+        slot map names it master."""
+        import redis
+
+        index = self.masters.index(master)
+        replica = self.replicas[index][0]
+        with redis.Redis(port=replica.port) as client:
+            client.execute_command("CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + timeout
+        owned = _first_slot(master)
+        for node in self.nodes:
+            with redis.Redis(port=node.port) as client:
+                _until(
+                    deadline,
+                    lambda c=client: _slot_owner(c, owned) == replica.port,
+                    f"node {node.port} never learnt that {replica.port} took over",
+                )
+        self.masters[index], self.replicas[index][0] = replica, master
+        return replica
+
     def __enter__(self) -> LocalCluster:
         return self.start()
 
@@ -107,6 +176,32 @@ def _until(deadline: float, ready: Any, what: str) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(what)
         time.sleep(0.05)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _owns(client: Any, slot: int) -> bool:
+    return _slot_owner(client, slot) == int(client.connection_pool.connection_kwargs["port"])
+
+
+def _slot_owner(client: Any, slot: int) -> int | None:
+    """The port of the master that ``client``'s node says owns ``slot``."""
+    for low, high, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
+        if int(low) <= slot <= int(high):
+            return int(master[1])
+    return None
+
+
+def _first_slot(master: RedisServer) -> int:
+    import redis
+
+    with redis.Redis(port=master.port) as client:
+        for low, _high, owner, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if int(owner[1]) == master.port:
+                return int(low)
+    raise RuntimeError(f"{master.port} owns no slot")
 
 
 def _knows(client: Any, node_id: str) -> bool:

@@ -1,0 +1,220 @@
+"""A Redis Cluster changing under a running pipeline (the atlasbus source into the atlasbus
+sink, exactly once), while a publisher keeps publishing: a slot migrated to another master,
+a replica taking over its master (``CLUSTER FAILOVER``), and a master with no replica killed
+and brought back. What the cluster keeps is read once and published once.
+
+Each input topic and its output topic share a hash tag (``a{7}`` and ``out-a{7}``), so both
+streams and their lanes' markers live in one slot, and move together.
+
+Slow tier: clusters of their own, migrations paced so that clients meet ASK, failovers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from atlasbus.sandbox.redis_cluster import LocalCluster
+from atlasbus.sandbox.redis_server import RedisServer
+from helpers import envelope, stream_reader, wait_until
+
+
+class ClusterPublisher(threading.Thread):
+    """Publishes numbered envelopes to each topic in turn through redis-py's cluster client
+    (which follows MOVED and ASK itself); a failed XADD is retried as a new entry. What the
+    cluster keeps at the end is the truth the test compares against."""
+
+    def __init__(self, url: str, prefix: str, topics: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.client = RedisCluster.from_url(url, socket_timeout=2)
+        self.prefix, self.topics = prefix, topics
+        self.acknowledged: dict[str, list[str]] = {topic: [] for topic in topics}
+        self.failed = 0
+        self.stop = threading.Event()
+
+    @property
+    def sent(self) -> int:
+        return sum(len(ids) for ids in self.acknowledged.values())
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for topic in self.topics:
+                try:
+                    n = len(self.acknowledged[topic])
+                    entry = self.client.xadd(f"{self.prefix}:{topic}", envelope(topic, n))
+                    self.acknowledged[topic].append(entry.decode())
+                except redis.RedisError:
+                    self.failed += 1
+                    time.sleep(0.1)
+            time.sleep(0.003)
+
+
+def topics_on_each_master(client: RedisCluster, prefix: str) -> list[str]:
+    """One topic per master, named ``t{N}``: its stream's hash tag is ``N``."""
+    wanted: dict[str, str] = {}
+    for n in range(10_000):
+        owner = client.get_node_from_key(f"{prefix}:t{{{n}}}").name
+        wanted.setdefault(owner, f"t{{{n}}}")
+        if len(wanted) == len(client.get_primaries()):
+            return list(wanted.values())
+    raise AssertionError("no topic found for every master")
+
+
+def start_pipeline(spark: Any, url: str, prefix: str, topics: list[str], checkpoint: Path) -> Any:
+    """Each input topic into ``out-<topic>``, each payload naming the entry it came from."""
+    return (
+        stream_reader(spark, url, prefix, topics=",".join(topics), maxEntriesPerTrigger="400")
+        .selectExpr("concat('out-', topic) AS topic", "to_json(named_struct('src', id)) AS payload")
+        .writeStream.format("atlasbus")
+        .option("url", url)
+        .option("streamPrefix", prefix)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+def assert_each_kept_entry_published_once(
+    client: RedisCluster, prefix: str, publisher: ClusterPublisher
+) -> None:
+    for topic in publisher.topics:
+        kept = [entry.decode() for entry, _ in client.xrange(f"{prefix}:{topic}")]
+        out = [
+            json.loads(fields[b"payload"])["src"]
+            for _, fields in client.xrange(f"{prefix}:out-{topic}")
+        ]
+        assert set(publisher.acknowledged[topic]) <= set(kept), f"{topic}: an acked entry is gone"
+        assert len(out) == len(set(out)), f"{topic}: an entry was published twice"
+        assert out == kept, f"{topic}: what the cluster keeps was not published once, in order"
+
+
+def go_on_then_drain(publisher: ClusterPublisher, query: Any, more: int = 600) -> None:
+    sent = publisher.sent
+    wait_until(lambda: publisher.sent > sent + more, 120)
+    publisher.stop.set()
+    publisher.join(30)
+    query.processAllAvailable()
+    assert query.exception() is None
+
+
+@pytest.fixture
+def replicated() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3, replicas=1) as started:
+        yield started
+
+
+def test_a_slot_migrated_under_a_running_pipeline_loses_and_duplicates_nothing(
+    spark: Any, replicated: LocalCluster, prefix: str, tmp_path: Path
+) -> None:
+    """The slot of the first topic (its input, its output and their markers) moves to the
+    next master key by key, 0.3 s apart, while entries keep coming and the query reads and
+    publishes: redirected commands follow the keys (ASK while they move, MOVED once moved)."""
+    cluster = replicated
+    client = RedisCluster.from_url(cluster.url)
+    topics = topics_on_each_master(client, prefix)
+    publisher = ClusterPublisher(cluster.url, prefix, topics)
+    publisher.start()
+    query = start_pipeline(spark, cluster.url, prefix, topics, tmp_path / "checkpoint")
+    try:
+        out = f"{prefix}:out-{topics[0]}"
+        wait_until(lambda: client.exists(out) and publisher.sent > 600, 120)
+        slot = client.keyslot(out)
+        owner = client.get_node_from_key(out).port
+        target = next(m for m in cluster.masters if m.port != owner)
+        cluster.migrate_slot(slot, target, key_pause_s=0.3)
+        client.nodes_manager.initialize()
+        assert client.get_node_from_key(out).port == target.port
+        go_on_then_drain(publisher, query)
+    finally:
+        publisher.stop.set()
+        query.stop()
+    assert_each_kept_entry_published_once(client, prefix, publisher)
+    assert all(len(ids) > 300 for ids in publisher.acknowledged.values())
+
+
+def test_a_failover_under_a_running_pipeline_loses_and_duplicates_nothing(
+    spark: Any, replicated: LocalCluster, prefix: str, tmp_path: Path
+) -> None:
+    """``CLUSTER FAILOVER`` on the replica of the first topic's master: the old master hands
+    over and becomes a replica (its clients get MOVED); nothing it acknowledged is lost."""
+    cluster = replicated
+    client = RedisCluster.from_url(cluster.url)
+    topics = topics_on_each_master(client, prefix)
+    publisher = ClusterPublisher(cluster.url, prefix, topics)
+    publisher.start()
+    query = start_pipeline(spark, cluster.url, prefix, topics, tmp_path / "checkpoint")
+    try:
+        out = f"{prefix}:out-{topics[0]}"
+        wait_until(lambda: client.exists(out) and publisher.sent > 600, 120)
+        old = next(m for m in cluster.masters if m.port == client.get_node_from_key(out).port)
+        new = cluster.fail_over(old)
+        client.nodes_manager.initialize()
+        assert client.get_node_from_key(out).port == new.port
+        go_on_then_drain(publisher, query)
+    finally:
+        publisher.stop.set()
+        query.stop()
+    assert_each_kept_entry_published_once(client, prefix, publisher)
+
+
+def test_a_master_without_replica_that_dies_stops_the_query_naming_it_then_it_resumes(
+    spark: Any, prefix: str, tmp_path: Path
+) -> None:
+    """A master killed (SIGKILL) with no replica to take over: the query fails with an error
+    naming that node; once it is back (its append-only file kept every write), the query
+    restarts from its checkpoint and publishes the rest, each entry once."""
+    with LocalCluster(masters=3, replicas=0, node_timeout_ms=2_000, appendonly=True) as cluster:
+        url = f"{cluster.url}?socket_timeout=3&socket_connect_timeout=1"
+        client = RedisCluster.from_url(cluster.url)
+        topics = topics_on_each_master(client, prefix)
+        publisher = ClusterPublisher(cluster.url, prefix, topics)
+        publisher.start()
+        checkpoint = tmp_path / "checkpoint"
+        query = start_pipeline(spark, url, prefix, topics, checkpoint)
+        victim: RedisServer | None = None
+        try:
+            out = f"{prefix}:out-{topics[1]}"
+            wait_until(lambda: client.exists(out) and publisher.sent > 600, 120)
+            publisher.stop.set()
+            publisher.join(30)
+            victim = next(
+                m for m in cluster.masters if m.port == client.get_node_from_key(out).port
+            )
+            victim.kill()
+            wait_until(lambda: query.exception() is not None, 120)
+            error = str(query.exception())
+            assert f"127.0.0.1:{victim.port}" in error, error
+            assert "cannot reach" in error or "cluster is down" in error, error
+        finally:
+            publisher.stop.set()
+            query.stop()
+        assert victim is not None
+        victim.start()
+        wait_until(lambda: _cluster_ok(cluster), 60)
+        client = RedisCluster.from_url(cluster.url)
+        query = start_pipeline(spark, url, prefix, topics, checkpoint)
+        try:
+            query.processAllAvailable()
+            assert query.exception() is None
+        finally:
+            query.stop()
+        assert_each_kept_entry_published_once(client, prefix, publisher)
+
+
+def _cluster_ok(cluster: LocalCluster) -> bool:
+    for master in cluster.masters:
+        try:
+            with redis.Redis(port=master.port) as node:
+                if node.cluster("INFO").get("cluster_state") != "ok":
+                    return False
+        except redis.RedisError:
+            return False
+    return True
