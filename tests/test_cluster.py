@@ -325,3 +325,38 @@ def test_slot_tags_put_a_marker_in_its_slot() -> None:
         tag = slot_tag(slot)
         assert key_slot(f"any:prefix:{{{tag}}}".encode()) == slot
         assert tag == next(str(n) for n in range(200_000) if key_slot(str(n).encode()) == slot)
+
+
+@pytest.mark.spark
+def test_the_documented_acl_with_its_cluster_line_reads_and_publishes(
+    spark: Any, cluster: LocalCluster, client: RedisCluster
+) -> None:
+    """docs/operations.md's reader and writer, plus its cluster line, on every node."""
+    from test_acl import ACL, PASSWORD, READER_RULES, WRITER_RULES, with_our_password
+
+    prefix = "atlas_bus"  # the documented key pattern
+    for master in cluster.masters:
+        with redis.Redis(port=master.port) as admin:
+            for user, rules in (("reader", READER_RULES), ("writer", WRITER_RULES)):
+                admin.execute_command(
+                    "ACL", "SETUSER", user, "reset", *with_our_password(rules), *ACL["<user>"]
+                )
+    topics = topics_on_each_master(client, prefix)
+    for topic in topics:
+        publish(client, prefix, topic, 20)
+
+    def url(user: str) -> str:
+        return cluster.url.replace("redis://", f"redis://{user}:{PASSWORD}@")
+
+    frame = (
+        spark.read.format("atlasbus")
+        .option("url", url("reader"))
+        .option("streamPrefix", prefix)
+        .option("topics", ",".join(topics))
+        .load()
+    )
+    assert frame.count() == 60
+    frame.selectExpr("concat('copy-', topic) AS topic", "payload").write.format("atlasbus").mode(
+        "append"
+    ).option("url", url("writer")).option("streamPrefix", prefix).save()
+    assert [client.xlen(f"{prefix}:copy-{topic}") for topic in topics] == [20, 20, 20]

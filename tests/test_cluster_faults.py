@@ -68,18 +68,27 @@ def topics_on_each_master(client: RedisCluster, prefix: str) -> list[str]:
     raise AssertionError("no topic found for every master")
 
 
-def start_pipeline(spark: Any, url: str, prefix: str, topics: list[str], checkpoint: Path) -> Any:
-    """Each input topic into ``out-<topic>``, each payload naming the entry it came from."""
-    return (
-        stream_reader(spark, url, prefix, topics=",".join(topics), maxEntriesPerTrigger="400")
-        .selectExpr("concat('out-', topic) AS topic", "to_json(named_struct('src', id)) AS payload")
+def start_pipeline(
+    spark: Any, url: str, prefix: str, topics: list[str], checkpoint: Path, **both: str
+) -> Any:
+    """Each input topic into ``out-<topic>``, each payload naming the entry it came from;
+    ``both`` options go to the source and the sink."""
+    frame = stream_reader(
+        spark, url, prefix, topics=",".join(topics), maxEntriesPerTrigger="400", **both
+    )
+    writer = (
+        frame.selectExpr(
+            "concat('out-', topic) AS topic", "to_json(named_struct('src', id)) AS payload"
+        )
         .writeStream.format("atlasbus")
         .option("url", url)
         .option("streamPrefix", prefix)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="200 milliseconds")
-        .start()
     )
+    for key, value in both.items():
+        writer = writer.option(key, value)
+    return writer.start()
 
 
 def assert_each_kept_entry_published_once(
@@ -144,13 +153,17 @@ def test_a_failover_under_a_running_pipeline_loses_and_duplicates_nothing(
     spark: Any, replicated: LocalCluster, prefix: str, tmp_path: Path
 ) -> None:
     """``CLUSTER FAILOVER`` on the replica of the first topic's master: the old master hands
-    over and becomes a replica (its clients get MOVED); nothing it acknowledged is lost."""
+    over and becomes a replica (its clients get MOVED); nothing it acknowledged is lost. With
+    ``minReplicas=1`` the source plans only what every master's replica holds, and the sink
+    WAITs for the replica after each transaction."""
     cluster = replicated
     client = RedisCluster.from_url(cluster.url)
     topics = topics_on_each_master(client, prefix)
     publisher = ClusterPublisher(cluster.url, prefix, topics)
     publisher.start()
-    query = start_pipeline(spark, cluster.url, prefix, topics, tmp_path / "checkpoint")
+    query = start_pipeline(
+        spark, cluster.url, prefix, topics, tmp_path / "checkpoint", minReplicas="1"
+    )
     try:
         out = f"{prefix}:out-{topics[0]}"
         wait_until(lambda: client.exists(out) and publisher.sent > 600, 120)

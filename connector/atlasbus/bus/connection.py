@@ -264,6 +264,9 @@ class RedisEndpoint:
         with translate_errors(self):
             mode = _server_mode(client)
             if mode == "cluster":
+                # what redis-py's cluster client asks first; refused, its error would read
+                # "Cluster mode is not enabled on this node": name the missing ACL rule instead
+                client.execute_command("CLUSTER", "SLOTS")
                 client.close()
                 cluster = self._cluster_client(bare_url)
                 _cluster_keys.add(self._key())

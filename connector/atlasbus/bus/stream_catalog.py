@@ -142,7 +142,13 @@ class StreamCatalog:
         """Whether ``replication.min_replicas`` replicas hold every write made so far (waiting
         up to its timeout): ask after reading the tails that are to count."""
         with translate_errors(self.endpoint):
-            return wait_for_replicas(self._redis, replication)
+            client: Any = self._redis
+            if not is_cluster_client(client):
+                return wait_for_replicas(client, replication)
+            return all(  # every master's replicas: each holds some of the streams
+                wait_for_replicas(client.get_redis_connection(node), replication)
+                for node in client.get_primaries()
+            )
 
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
         """The ID of the first entry in ``(after, upto]``, or None if the range is empty."""
