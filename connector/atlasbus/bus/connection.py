@@ -266,7 +266,7 @@ class RedisEndpoint:
             if mode == "cluster":
                 # what redis-py's cluster client asks first; refused, its error would read
                 # "Cluster mode is not enabled on this node": name the missing ACL rule instead
-                client.execute_command("CLUSTER", "SLOTS")
+                cast(Any, client).execute_command("CLUSTER", "SLOTS")
                 client.close()
                 cluster = self._cluster_client(bare_url)
                 _cluster_keys.add(self._key())
