@@ -1,0 +1,207 @@
+"""The bus tools on a Redis Cluster of three masters: ``atlasbus status``, ``atlasbus trim``,
+``atlasbus dlq sweep`` and the pending DataFrame, each over streams on different masters.
+
+Each case is the standalone test's own (imported from its file and called with the cluster's
+client and URL), so the cluster gives the very rows, counts and output the standalone server
+gives; prefixes are drawn until the case's streams land on different masters. Real
+redis-server processes (``LocalCluster``, no replicas), no mocks.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.cluster import RedisCluster
+
+import test_pending as pending_tests
+import test_reaper as reaper_tests
+import test_retention as retention_tests
+import test_status as status_tests
+from atlasbus.bus.connection import RedisEndpoint, forget_clients
+from atlasbus.cli.status_report import render_table
+from atlasbus.model.entry_id import EntryId
+from atlasbus.operations.bus_status import bus_status
+from atlasbus.operations.retention import TRIM_SCRIPT, Holder, TrimResult, trim_consumed
+from atlasbus.sandbox.redis_cluster import LocalCluster
+from helpers import publish, redis_major
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3, 0) as started:
+        yield started
+    forget_clients()
+
+
+@pytest.fixture(scope="module")
+def rc(cluster: LocalCluster) -> Iterator[RedisCluster]:
+    client = RedisCluster.from_url(cluster.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def url(cluster: LocalCluster) -> str:
+    return cluster.url
+
+
+def master_of(client: RedisCluster, key: str) -> str:
+    return str(client.get_node_from_key(key).name)
+
+
+def spread(client: RedisCluster, topics: Sequence[str]) -> str:
+    """A fresh prefix (as conftest's ``prefix``: 11 characters) whose streams for ``topics``
+    are each on a different master (on all three when there are three)."""
+    for _ in range(1000):
+        prefix = f"t{uuid.uuid4().hex[:10]}"
+        masters = {master_of(client, f"{prefix}:{topic}") for topic in topics}
+        if len(masters) == min(len(topics), 3):
+            return prefix
+    raise AssertionError("no prefix spreads the streams")
+
+
+# --- atlasbus status -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def status_fx(
+    rc: RedisCluster, cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> status_tests.Fixture:
+    table = str(tmp_path_factory.mktemp("status") / "dead_letters")
+    now = datetime.now(UTC).replace(microsecond=0)
+    status_tests.build(rc, table, now)
+    return status_tests.Fixture(cluster.url, table, now, redis_major(rc))
+
+
+def test_status_fixture_streams_are_on_two_masters(rc: RedisCluster) -> None:
+    p = status_tests.P
+    keys = (f"{p}:orders", f"{p}:payments", f"{p}:{status_tests.ODD}")
+    assert len({master_of(rc, key) for key in keys}) == 2
+
+
+def test_status_core_figures_on_a_cluster(status_fx: status_tests.Fixture) -> None:
+    status_tests.test_core_figures(status_fx)
+    status_tests.test_named_topics_and_missing_ones(status_fx)
+
+
+def test_status_cli_table_json_and_prometheus_on_a_cluster(
+    status_fx: status_tests.Fixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status_tests.test_cli_table(status_fx, capsys)
+    status_tests.test_json_of_the_core_and_of_the_cli(status_fx, capsys)
+    status_tests.test_prometheus_of_the_cli(status_fx, capsys)
+
+
+def test_status_lists_every_stream_on_every_master(rc: RedisCluster, url: str) -> None:
+    topics = ("a", "b", "c")
+    prefix = spread(rc, topics)
+    for count, topic in enumerate(topics, start=1):
+        stream = f"{prefix}:{topic}"
+        publish(rc, prefix, topic, count)
+        rc.xgroup_create(stream, "g", id="0")
+        rc.xreadgroup("g", "c1", {stream: ">"}, count=1)
+    status = bus_status(RedisEndpoint.from_options(url, None, None), stream_prefix=prefix)
+
+    assert [
+        (s.topic, s.length, [(g.name, g.pending) for g in s.groups]) for s in status.streams
+    ] == [
+        ("a", 1, [("g", 1)]),
+        ("b", 2, [("g", 1)]),
+        ("c", 3, [("g", 1)]),
+    ]
+    versions = {
+        info["redis_version"] for info in rc.info("server", target_nodes="primaries").values()
+    }
+    assert status.redis_version == min(versions)
+    lines = render_table(status).splitlines()
+    for topic in topics:
+        assert sum(line.startswith(f"{prefix}:{topic} ") for line in lines) == 1, lines
+
+
+# --- atlasbus trim -------------------------------------------------------------------------------
+
+
+def test_trim_cli_on_a_cluster(rc: RedisCluster, url: str) -> None:
+    prefix = spread(rc, ("orders", "payments", "audit"))
+    retention_tests.test_cli_trims_and_dry_runs_with_a_report(rc, url, prefix)
+
+
+def test_trim_loads_the_script_on_each_master_after_a_script_flush(
+    rc: RedisCluster, url: str
+) -> None:
+    topics = ("orders", "payments", "audit")
+    prefix = spread(rc, topics)
+    streams = [f"{prefix}:{topic}" for topic in topics]
+    for stream in streams:
+        retention_tests.write(rc, stream, range(1, 11))
+    endpoint = RedisEndpoint.from_options(url, None, None)
+    masters = [rc.get_redis_connection(node) for node in rc.get_primaries()]
+    for master in masters:
+        master.script_flush()
+
+    results = trim_consumed(endpoint, dict.fromkeys(streams, EntryId(4)))
+
+    query = Holder("query", "committed")
+    assert results == [
+        TrimResult(s, True, EntryId(4), (query,), 3, True, 7, False) for s in streams
+    ]
+    for stream in streams:
+        assert retention_tests.left(rc, stream) == retention_tests.ids(*range(4, 11))
+    sha = rc.register_script(TRIM_SCRIPT).sha
+    assert [master.script_exists(sha) for master in masters] == [[True]] * 3
+    again = trim_consumed(endpoint, dict.fromkeys(streams, EntryId(6)))  # EVALSHA this time
+    assert [(r.point, r.removed, r.remaining) for r in again] == [(EntryId(6), 2, 5)] * 3
+
+
+# --- atlasbus dlq sweep --------------------------------------------------------------------------
+
+
+def test_sweep_pages_three_streams_on_three_masters(
+    rc: RedisCluster, url: str, tmp_path: Path
+) -> None:
+    prefix = spread(rc, ("orders", "payments", "audit"))
+    reaper_tests.test_pages_and_streams_a_group_missing_on_one_stream(rc, url, prefix, tmp_path)
+
+
+def test_sweep_of_a_group_on_no_stream_is_an_error_naming_it(
+    rc: RedisCluster, url: str, tmp_path: Path
+) -> None:
+    prefix = spread(rc, ("orders", "absent"))
+    reaper_tests.test_a_group_on_none_of_the_streams_is_an_error_naming_it(
+        rc, url, prefix, tmp_path
+    )
+
+
+def test_sweep_command_line_on_a_cluster(rc: RedisCluster, url: str, tmp_path: Path) -> None:
+    prefix = spread(rc, ("orders", "payments"))
+    reaper_tests.test_the_command_line_sweeps_and_prints_a_summary_per_stream(
+        rc, url, prefix, tmp_path
+    )
+
+
+# --- the pending DataFrame -----------------------------------------------------------------------
+
+
+def test_pending_plan_on_a_cluster(rc: RedisCluster, url: str) -> None:
+    prefix = spread(rc, ("a", "b"))
+    pending_tests.test_plan_is_one_read_per_stream_with_its_pending_count(rc, url, prefix)
+
+
+@pytest.mark.parametrize("page_size", ["1", "1000"])
+def test_pending_rows_on_a_cluster(rc: RedisCluster, url: str, page_size: str) -> None:
+    prefix = spread(rc, ("a", "b"))
+    pending_tests.test_rows_are_exact_whatever_the_page_size(rc, url, prefix, page_size)
+
+
+@pytest.mark.spark
+def test_pending_dataframe_on_a_cluster(spark: Any, rc: RedisCluster, url: str) -> None:
+    warm = spread(rc, ("a", "b"))  # Python workers started first: idle_ms has a minute's slack
+    pending_tests.build_pending(rc, warm)
+    assert pending_tests.pending_frame(spark, url, warm).count() == 6
+    prefix = spread(rc, ("a", "b"))
+    pending_tests.test_pending_dataframe_has_exact_rows(spark, rc, url, prefix)
