@@ -18,12 +18,16 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+import test_dead_letter_replay as replay_tests
 import test_pending as pending_tests
 import test_reaper as reaper_tests
 import test_retention as retention_tests
 import test_status as status_tests
 from atlasbus.bus.connection import RedisEndpoint, forget_clients
 from atlasbus.cli.status_report import render_table
+from atlasbus.dead_letters import DeadLetterTable
+from atlasbus.dead_letters.replay import replay_dead_letters
+from atlasbus.errors import AtlasbusError
 from atlasbus.model.entry_id import EntryId
 from atlasbus.operations.bus_status import bus_status
 from atlasbus.operations.retention import TRIM_SCRIPT, Holder, TrimResult, trim_consumed
@@ -205,3 +209,28 @@ def test_pending_dataframe_on_a_cluster(spark: Any, rc: RedisCluster, url: str) 
     assert pending_tests.pending_frame(spark, url, warm).count() == 6
     prefix = spread(rc, ("a", "b"))
     pending_tests.test_pending_dataframe_has_exact_rows(spark, rc, url, prefix)
+
+
+# --- atlasbus dlq replay -------------------------------------------------------------------------
+
+
+def test_replay_refuses_a_cluster_before_claiming_anything(
+    rc: RedisCluster, url: str, tmp_path: Path
+) -> None:
+    """Not yet supported: the publisher cannot route a batch on a cluster (see ``_reach``)."""
+    prefix = spread(rc, ("orders",))
+    dlq = DeadLetterTable(tmp_path / "dlq")
+    dlq.append(replay_tests.sink_letters(3))
+    endpoint = RedisEndpoint.from_options(url, None, None)
+    for dry_run in (True, False):
+        with pytest.raises(AtlasbusError) as raised:
+            replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, dry_run=dry_run)
+        host = url.removeprefix("redis://").partition("/")[0]
+        assert str(raised.value) == (
+            f"dead-letter replay cannot publish to a Redis Cluster yet ({host} runs in "
+            "cluster mode: the publisher cannot route a batch to each stream's master); "
+            "nothing was claimed or published"
+        )
+    rows = dlq.to_arrow().to_pylist()
+    assert [(x["replay_count"], x["last_replay_entry_id"]) for x in rows] == [(0, None)] * 3
+    assert rc.exists(f"{prefix}:orders") == 0
