@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 import test_dead_letter_replay as replay_tests
@@ -30,6 +31,13 @@ from atlasbus.dead_letters.replay import replay_dead_letters
 from atlasbus.errors import AtlasbusError
 from atlasbus.model.entry_id import EntryId
 from atlasbus.operations.bus_status import bus_status
+from atlasbus.operations.reaper import (
+    acknowledge,
+    claim_exhausted,
+    find_exhausted,
+    record_dead_letters,
+    start_cursors,
+)
 from atlasbus.operations.retention import TRIM_SCRIPT, Holder, TrimResult, trim_consumed
 from atlasbus.sandbox.redis_cluster import LocalCluster
 from helpers import publish, redis_major
@@ -234,3 +242,56 @@ def test_replay_refuses_a_cluster_before_claiming_anything(
     rows = dlq.to_arrow().to_pylist()
     assert [(x["replay_count"], x["last_replay_entry_id"]) for x in rows] == [(0, None)] * 3
     assert rc.exists(f"{prefix}:orders") == 0
+
+
+# --- a slot moved to another master under the tools ----------------------------------------------
+
+
+def move_slot(client: RedisCluster, key: str) -> str:
+    """Migrate ``key``'s slot (and its keys) to another master, as ``redis-cli --cluster
+    reshard`` does; the new master's ``host:port``. ``client``'s slot map is left stale."""
+    slot = client.keyslot(key)
+    source = client.get_node_from_key(key)
+    target = next(n for n in client.get_primaries() if n.name != source.name)
+    src, dst = (redis.Redis(host=n.host, port=n.port) for n in (source, target))
+    src_id, dst_id = (c.execute_command("CLUSTER", "MYID").decode() for c in (src, dst))
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    for name in src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000):
+        src.execute_command("MIGRATE", target.host, target.port, name, 0, 5000)
+    for node in client.get_primaries():
+        with redis.Redis(host=node.host, port=node.port) as each:
+            each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    src.close()
+    dst.close()
+    return str(target.name)
+
+
+def test_trim_and_the_sweeps_transactions_follow_a_moved_slot(tmp_path: Path) -> None:
+    with LocalCluster(3, 0) as moving:
+        client = RedisCluster.from_url(moving.url)
+        endpoint = RedisEndpoint.from_options(moving.url, None, None)
+        prefix = f"t{uuid.uuid4().hex[:10]}"
+
+        trimmed = f"{prefix}:audit"
+        retention_tests.write(client, trimmed, range(1, 11))
+        assert [r.removed for r in trim_consumed(endpoint, {trimmed: EntryId(2)})] == [1]
+        moved_to = move_slot(client, trimmed)  # atlasbus's client still maps it to the old one
+        [result] = trim_consumed(endpoint, {trimmed: EntryId(5)})
+        assert (result.point, result.removed, result.remaining) == (EntryId(5), 3, 6)
+        with RedisCluster.from_url(moving.url) as fresh:
+            assert master_of(fresh, trimmed) == moved_to
+            assert retention_tests.left(fresh, trimmed) == retention_tests.ids(*range(5, 11))
+
+        d = reaper_tests.deliver(client, prefix)
+        table = DeadLetterTable(tmp_path / "dlq")
+        found = find_exhausted(endpoint, reaper_tests.POLICY, start_cursors([d.stream]))
+        record_dead_letters(found, table, reaper_tests.POLICY, topic_of=lambda key: "orders")
+        claimed = claim_exhausted(endpoint, found, reaper_tests.POLICY)
+        move_slot(client, d.stream)  # MULTI ... EXEC meets MOVED: EXECABORT, sent again
+        acked = acknowledge(endpoint, found, claimed, reaper_tests.POLICY)
+        assert (acked.acked, acked.deleted) == ({d.stream: 30}, {d.stream: 0})
+        with RedisCluster.from_url(moving.url) as fresh:
+            reaper_tests.assert_only_the_30_left_the_pel(fresh, d)
+        client.close()
+    forget_clients()
