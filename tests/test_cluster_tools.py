@@ -126,13 +126,50 @@ def test_status_lists_every_stream_on_every_master(rc: RedisCluster, url: str) -
         ("b", 2, [("g", 1)]),
         ("c", 3, [("g", 1)]),
     ]
-    versions = {
-        info["redis_version"] for info in rc.info("server", target_nodes="primaries").values()
-    }
-    assert status.redis_version == min(versions)
+    assert status.redis_version == redis_version(rc)
     lines = render_table(status).splitlines()
     for topic in topics:
         assert sum(line.startswith(f"{prefix}:{topic} ") for line in lines) == 1, lines
+
+
+def test_status_least_acl_on_a_cluster(status_fx: status_tests.Fixture, rc: RedisCluster) -> None:
+    """The standalone monitoring ACL, on every master (a cluster does not share ACL users), plus
+    what redis-py's cluster client asks: CLUSTER SLOTS (the slot map) and COMMAND (key
+    positions). INFO on every master only for the version."""
+    user, secret = "status-cluster", "s3cret-cluster"
+    masters = [rc.get_redis_connection(node) for node in rc.get_primaries()]
+    for master in masters:
+        master.execute_command(
+            f"ACL SETUSER {user} on >{secret} ~{status_tests.P}:* resetchannels +ping +hello "
+            "+auth +client|setname +select +scan +xinfo|stream +xinfo|groups +xpending "
+            "+cluster|slots +command"
+        )
+    url = status_fx.url.replace("redis://", f"redis://{user}:{secret}@")
+    try:
+        status = bus_status(
+            RedisEndpoint.from_options(url, None, None),
+            stream_prefix=status_tests.P,
+            now=status_fx.now,
+        )
+        assert status.redis_version == "unknown"
+        idle = status_tests.idle_of(status)
+        assert status.streams == status_tests.expected_streams(status_fx, *idle)
+        for master in masters:
+            master.execute_command(f"ACL SETUSER {user} +info")
+        status = bus_status(
+            RedisEndpoint.from_options(url, None, None), stream_prefix=status_tests.P
+        )
+        assert status.redis_version == redis_version(rc)
+    finally:
+        for master in masters:
+            master.execute_command(f"ACL DELUSER {user}")
+        forget_clients()
+
+
+def redis_version(client: RedisCluster) -> str:
+    infos = client.info("server", target_nodes="primaries").values()
+    [version] = {info["redis_version"] for info in infos}  # one binary for every node
+    return str(version)
 
 
 # --- atlasbus trim -------------------------------------------------------------------------------
