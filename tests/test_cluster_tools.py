@@ -24,6 +24,7 @@ import test_pending as pending_tests
 import test_reaper as reaper_tests
 import test_retention as retention_tests
 import test_status as status_tests
+import test_sweep_source as sweep_source_tests
 from atlasbus.bus.connection import RedisEndpoint, forget_clients
 from atlasbus.cli.status_report import render_table
 from atlasbus.dead_letters import DeadLetterTable
@@ -230,6 +231,16 @@ def test_sweep_command_line_on_a_cluster(rc: RedisCluster, url: str, tmp_path: P
     prefix = spread(rc, ("orders", "payments"))
     reaper_tests.test_the_command_line_sweeps_and_prints_a_summary_per_stream(
         rc, url, prefix, tmp_path
+    )
+
+
+@pytest.mark.spark
+def test_the_sources_sweep_on_a_cluster(
+    spark: Any, rc: RedisCluster, url: str, tmp_path: Path
+) -> None:
+    prefix = spread(rc, ("orders",))
+    sweep_source_tests.test_the_source_sweeps_retry_exhausted_entries_once_per_trigger(
+        spark, url, rc, prefix, tmp_path
     )
 
 
