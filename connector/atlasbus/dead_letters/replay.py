@@ -40,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from atlasbus.bus.connection import RedisEndpoint
+from atlasbus.bus.connection import RedisEndpoint, is_cluster_client
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.errors import AtlasbusError, PublishError
 from atlasbus.option_names import named
@@ -180,7 +180,7 @@ def replay_dead_letters(
     keep = list(range(len(chosen)))
     batch = _input_batch(chosen)
     if dry_run and keep:  # a dry run is a rehearsal: Redis must answer as the real run needs
-        options.endpoint.client()
+        _reach(options.endpoint)
     if dry_run or not keep:
         replayed = tuple(
             Replayed(
@@ -193,7 +193,7 @@ def replay_dead_letters(
         )
         return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
 
-    options.endpoint.client()  # reach Redis (or raise) before claiming anything
+    _reach(options.endpoint)  # reach Redis (or raise) before claiming anything
     claim = f"{CLAIM_PREFIX}{uuid.uuid4().hex}"
     not_after = max(chosen[i]["dead_lettered_at"] for i in keep)
     claimed = set(
@@ -249,6 +249,21 @@ def replay_dead_letters(
         for i, entry_id in zip(ours, entry_ids, strict=True)
     )
     return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
+
+
+def _reach(endpoint: RedisEndpoint) -> None:
+    """Connect (or raise), and refuse a Redis Cluster, before anything is claimed.
+
+    The publisher sends a batch, whatever its topics, on one connection, which a cluster
+    cannot route to each stream's master: a claimed run would publish nothing and leave its
+    dead letters claimed. Refused here, the table is left as it was.
+    """
+    if is_cluster_client(endpoint.client()):
+        raise AtlasbusError(
+            f"dead-letter replay cannot publish to a Redis Cluster yet ({endpoint.description} "
+            "runs in cluster mode: the publisher cannot route a batch to each stream's master); "
+            "nothing was claimed or published"
+        )
 
 
 def _replayed_before(row: dict[str, Any]) -> Refused:

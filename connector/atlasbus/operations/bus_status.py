@@ -10,7 +10,11 @@ Cost: a constant number of round trips whatever the number of streams, and no sc
    '{prefix}:*' TYPE stream`` (the prefix matched literally, as ``topicPattern`` does), one round
    trip per 1,000 keys of the database.
 2. One pipeline: ``INFO server``, then ``XINFO STREAM`` and ``XINFO GROUPS`` of every stream.
-3. One pipeline: ``XPENDING key group - + 1`` for every group with pending entries.
+   On a Redis Cluster the XINFO commands go to each stream's master (one round trip for all
+   masters) and ``INFO server``, which has no key, to every master: ``redis_version`` is the
+   lowest of theirs.
+3. One pipeline: ``XPENDING key group - + 1`` for every group with pending entries (on a
+   cluster, redis-py's cluster pipeline sends each to its stream's master).
 
 Where each figure comes from:
 
@@ -43,7 +47,8 @@ from datetime import UTC, datetime, timedelta
 from os import PathLike, fspath
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from atlasbus.bus.connection import RedisEndpoint, translate_errors
+from atlasbus.bus.cluster import send_by_node
+from atlasbus.bus.connection import RedisEndpoint, is_cluster_client, translate_errors
 from atlasbus.bus.stream_catalog import StreamCatalog, StreamInfo, parse_stream_info
 from atlasbus.bus.subscription import Subscription
 from atlasbus.errors import ConfigurationError
@@ -246,14 +251,18 @@ def _read_streams(
     A stream that is gone (deleted since SCAN found it, or a named topic never written) maps
     to None. A named key that is not a stream is an error; SCAN's TYPE filter keeps others out.
     """
+    commands = [("XINFO", kind, s) for s in streams for kind in ("STREAM", "GROUPS")]
     with translate_errors(endpoint):
-        pipe = client.pipeline(transaction=False)
-        _command(pipe, "INFO", "server")
-        for stream in streams:
-            _command(pipe, "XINFO", "STREAM", stream)
-            _command(pipe, "XINFO", "GROUPS", stream)
-        replies = pipe.execute(raise_on_error=False)
-    version = _redis_version(replies[0])
+        if is_cluster_client(client):
+            version = _lowest_version(client)
+            replies = [None, *send_by_node(endpoint, commands, raise_errors=False)]
+        else:
+            pipe = client.pipeline(transaction=False)
+            _command(pipe, "INFO", "server")
+            for command in commands:
+                _command(pipe, *command)
+            replies = pipe.execute(raise_on_error=False)
+            version = _redis_version(replies[0])
     infos: dict[str, StreamInfo | None] = {}
     groups: dict[str, list[_Fields]] = {}
     for index, stream in enumerate(streams):
@@ -268,6 +277,22 @@ def _read_streams(
         found = [_fields(g) for g in groups_reply]
         groups[stream] = sorted(found, key=lambda g: reply_text(g["name"]))
     return version, infos, groups
+
+
+def _lowest_version(client: Any) -> str:
+    """On a cluster: ``INFO server`` of every master, and the lowest version among them (a
+    cluster mid-upgrade can do what its oldest master can). INFO has no key to route by."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    try:
+        infos = client.info("server", target_nodes=RedisCluster.PRIMARIES)
+    except redis.exceptions.NoPermissionError:
+        return "unknown"  # INFO refused by an ACL: the version is only a label
+    versions = {_redis_version(info) for info in infos.values()} - {"unknown"}
+    if not versions:
+        return "unknown"
+    return min(versions, key=lambda v: tuple(int(p) if p.isdigit() else 0 for p in v.split(".")))
 
 
 def _command(client: Any, *args: Any) -> Any:

@@ -118,7 +118,8 @@ def pending_counts(endpoint: RedisEndpoint, streams: Sequence[str], group: str) 
     """How many entries ``group`` has pending on each stream where it exists; one round trip.
 
     The summary form of XPENDING answers from the group's list without reading entries. A
-    stream without the group, or absent, replies NOGROUP and is left out.
+    stream without the group, or absent, replies NOGROUP and is left out. On a cluster,
+    redis-py's cluster pipeline sends each XPENDING to its stream's master.
     """
     if not streams:
         return {}
@@ -156,7 +157,11 @@ def read_pending(options: SourceOptions, read: PendingRead) -> Iterator[pa.Recor
     batch_rows = max(TARGET_BATCH_ROWS, page_size)
     stream, group = read.stream, read.group
     start, end = read.bounds()
-    with raw_connection(options.endpoint) as connection, translate_errors(options.endpoint):
+    # on a cluster, a connection to the stream's master: every command here is on ``stream``
+    with (
+        raw_connection(options.endpoint, key=stream) as connection,
+        translate_errors(options.endpoint),
+    ):
         connection.send_command("XPENDING", stream, group, start, end, page_size)
         page = _pending_page(connection)
         rows: list[PendingRow] = []

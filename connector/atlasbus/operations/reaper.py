@@ -81,6 +81,7 @@ from typing import Any, Final
 import pyarrow as pa
 from deltalake import QueryBuilder
 
+from atlasbus.bus.cluster import send_by_node
 from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.dead_letters.record import DeadLetter, QueryContext, dead_letter_id
 from atlasbus.dead_letters.schema import RETRY_EXHAUSTED
@@ -88,6 +89,7 @@ from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.model.conversions import reply_text
 from atlasbus.model.entry_id import EntryId
+from atlasbus.operations.cluster_routing import send_groups_by_node
 from atlasbus.option_names import named
 from atlasbus.options.source import SweepPolicy
 from atlasbus.wire.raw_text import raw_text
@@ -629,7 +631,7 @@ def acknowledge(
         if doomed[stream]:
             commands.append(("XDEL", stream, *doomed[stream]))
         commands.append(("EXEC",))
-    replies = iter(_pipeline(endpoint, commands))
+    replies = iter(_transactions(endpoint, streams, commands))
     acked: dict[str, int] = {}
     deleted: dict[str, int] = {}
     for stream in streams:
@@ -665,11 +667,17 @@ def _pending_counts(endpoint: RedisEndpoint, streams: Sequence[str], group: str)
 
 
 def _pipeline(endpoint: RedisEndpoint, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Send ``commands`` in one round trip; each raw reply, or the ``ResponseError`` it got."""
+    """Send ``commands`` in one round trip; each raw reply, or the ``ResponseError`` it got.
+
+    On a cluster each command goes to its stream's master (one round trip for all masters).
+    """
     import redis
 
     if not commands:
         return []
+    with translate_errors(endpoint):
+        if endpoint.is_cluster:
+            return send_by_node(endpoint, commands, raise_errors=False)
     replies: list[Any] = []
     with raw_connection(endpoint) as connection, translate_errors(endpoint):
         connection.send_packed_command(connection.pack_commands(commands))
@@ -679,6 +687,23 @@ def _pipeline(endpoint: RedisEndpoint, commands: Sequence[tuple[Any, ...]]) -> l
             except redis.ResponseError as exc:  # read whole: the next reply follows
                 replies.append(exc)
     return replies
+
+
+def _transactions(
+    endpoint: RedisEndpoint, streams: Sequence[str], commands: Sequence[tuple[Any, ...]]
+) -> list[Any]:
+    """``_pipeline`` for one ``MULTI ... EXEC`` per stream, in ``streams``' order: on a cluster
+    each transaction goes whole to its stream's master (``send_by_node`` would route each
+    command alone, and MULTI and EXEC have no key)."""
+    with translate_errors(endpoint):
+        if not endpoint.is_cluster:
+            return _pipeline(endpoint, commands)
+        groups: list[tuple[str, list[tuple[Any, ...]]]] = []
+        for command in commands:
+            if command[0] == "MULTI":
+                groups.append((streams[len(groups)], []))
+            groups[-1][1].append(command)
+        return [reply for got in send_groups_by_node(endpoint, groups) for reply in got]
 
 
 def _raise_reply(endpoint: RedisEndpoint, reply: Exception, stream: str) -> None:

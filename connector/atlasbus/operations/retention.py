@@ -31,7 +31,8 @@ positions and trimming must still hold the trim back, so one Lua script reads th
 the point and trims, with nothing in between. Scripts run under effects replication (the default
 since Redis 5, the only mode in 7), so replicas and the AOF get the XTRIM itself, not the script;
 XINFO's non-determinism is harmless. One script call per stream (one key each, so each runs on
-the stream's own node in a cluster), all streams pipelined in one round trip.
+the stream's own node in a cluster), all streams pipelined in one round trip (on a cluster, one
+for all masters: ``cluster_routing.eval_by_node``).
 
 Exact trimming (``MINID =``) rather than approximate (``~``): ``~`` removes only whole
 macro-nodes (about 100 entries each by default) and so may remove nothing for a while, and
@@ -46,10 +47,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from atlasbus.bus.connection import RedisEndpoint, translate_errors
+from atlasbus.bus.connection import RedisEndpoint, is_cluster_client, translate_errors
 from atlasbus.errors import ConfigurationError
 from atlasbus.model.conversions import reply_text
 from atlasbus.model.entry_id import EntryId
+from atlasbus.operations.cluster_routing import eval_by_node
 from atlasbus.option_names import named
 
 QUERY: Final = "query"
@@ -227,11 +229,15 @@ def trim_consumed(
     with translate_errors(endpoint):
         client = endpoint.client()
         script = client.register_script(TRIM_SCRIPT)
-        pipe = client.pipeline(transaction=False)
         args = [
             [str(positions[s]) if positions[s] is not None else "", "1" if dry_run else "0"]
             for s in streams
         ]
+        if is_cluster_client(client):  # each stream's script on its master, cached per node
+            calls = [(s, [*argv, count_limit]) for s, argv in zip(streams, args, strict=True)]
+            replies = eval_by_node(endpoint, TRIM_SCRIPT, script.sha, calls)
+            return _results(endpoint, streams, replies, dry_run)
+        pipe = client.pipeline(transaction=False)
         for stream, argv in zip(streams, args, strict=True):
             pipe.evalsha(script.sha, 1, stream, *argv, count_limit)
         replies = pipe.execute(raise_on_error=False)
@@ -241,8 +247,15 @@ def trim_consumed(
             for stream, argv in zip(streams, args, strict=True):
                 pipe.eval(TRIM_SCRIPT, 1, stream, *argv, count_limit)
             replies = pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception):
+    return _results(endpoint, streams, replies, dry_run)
+
+
+def _results(
+    endpoint: RedisEndpoint, streams: list[str], replies: list[Any], dry_run: bool
+) -> list[TrimResult]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            with translate_errors(endpoint):
                 raise reply
     return [
         _result(endpoint, stream, reply, dry_run)
