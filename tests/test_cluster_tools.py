@@ -9,6 +9,7 @@ redis-server processes (``LocalCluster``, no replicas), no mocks.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -29,7 +30,6 @@ from atlasbus.bus.connection import RedisEndpoint, forget_clients
 from atlasbus.cli.status_report import render_table
 from atlasbus.dead_letters import DeadLetterTable
 from atlasbus.dead_letters.replay import replay_dead_letters
-from atlasbus.errors import AtlasbusError
 from atlasbus.model.entry_id import EntryId
 from atlasbus.operations.bus_status import bus_status
 from atlasbus.operations.reaper import (
@@ -270,26 +270,36 @@ def test_pending_dataframe_on_a_cluster(spark: Any, rc: RedisCluster, url: str) 
 # --- atlasbus dlq replay -------------------------------------------------------------------------
 
 
-def test_replay_refuses_a_cluster_before_claiming_anything(
+def test_replay_publishes_each_letter_to_its_streams_master_once(
     rc: RedisCluster, url: str, tmp_path: Path
 ) -> None:
-    """Not yet supported: the publisher cannot route a batch on a cluster (see ``_reach``)."""
-    prefix = spread(rc, ("orders",))
+    """Letters for three topics on three masters: each published once, on its stream's master
+    (one publisher per hash slot), the table recording each new entry ID; a second run
+    replays nothing."""
+    topics = ("orders", "payments", "refunds")
+    prefix = spread(rc, topics)
     dlq = DeadLetterTable(tmp_path / "dlq")
-    dlq.append(replay_tests.sink_letters(3))
+    letters = [
+        letter
+        for index, topic in enumerate(topics)
+        for letter in replay_tests.sink_letters(4, write=f"w/-/{index}", topic=topic)
+    ]
+    dlq.append(letters)
     endpoint = RedisEndpoint.from_options(url, None, None)
-    for dry_run in (True, False):
-        with pytest.raises(AtlasbusError) as raised:
-            replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix, dry_run=dry_run)
-        host = url.removeprefix("redis://").partition("/")[0]
-        assert str(raised.value) == (
-            f"dead-letter replay cannot publish to a Redis Cluster yet ({host} runs in "
-            "cluster mode: the publisher cannot route a batch to each stream's master); "
-            "nothing was claimed or published"
-        )
-    rows = dlq.to_arrow().to_pylist()
-    assert [(x["replay_count"], x["last_replay_entry_id"]) for x in rows] == [(0, None)] * 3
-    assert rc.exists(f"{prefix}:orders") == 0
+    result = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix)
+    assert len(result.replayed) == 12 and result.refused == ()
+    for topic in topics:
+        held = rc.xrange(f"{prefix}:{topic}")
+        assert sorted(json.loads(fields[b"payload"])["n"] for _, fields in held) == [0, 1, 2, 3]
+        mine = [r for r in result.replayed if r.topic == topic]
+        assert [r.entry_id for r in mine] == [entry.decode() for entry, _ in held]
+    recorded = {
+        row["dead_letter_id"]: row["last_replay_entry_id"] for row in dlq.to_arrow().to_pylist()
+    }
+    assert recorded == {r.dead_letter_id: r.entry_id for r in result.replayed}
+    again = replay_dead_letters(dlq, endpoint=endpoint, stream_prefix=prefix)
+    assert (again.replayed, len(again.already_replayed)) == ((), 12)
+    assert [rc.xlen(f"{prefix}:{topic}") for topic in topics] == [4, 4, 4]
 
 
 # --- a slot moved to another master under the tools ----------------------------------------------

@@ -39,8 +39,9 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+from redis.crc import key_slot
 
-from atlasbus.bus.connection import RedisEndpoint, is_cluster_client
+from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.errors import AtlasbusError, PublishError
 from atlasbus.option_names import named
@@ -48,6 +49,7 @@ from atlasbus.options.keys import DEFAULT_STREAM_PREFIX
 from atlasbus.options.sink import DEFAULT_MAX_MESSAGE_BYTES, SinkOptions
 from atlasbus.publishing.encoder import Rejection, encode_batch
 from atlasbus.publishing.publisher import Publisher
+from atlasbus.publishing.slot_lanes import slot_tag
 from atlasbus.wire.raw_text import original_text
 
 CLAIM_PREFIX = "replaying:"
@@ -180,7 +182,7 @@ def replay_dead_letters(
     keep = list(range(len(chosen)))
     batch = _input_batch(chosen)
     if dry_run and keep:  # a dry run is a rehearsal: Redis must answer as the real run needs
-        _reach(options.endpoint)
+        options.endpoint.client()
     if dry_run or not keep:
         replayed = tuple(
             Replayed(
@@ -193,7 +195,7 @@ def replay_dead_letters(
         )
         return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
 
-    _reach(options.endpoint)  # reach Redis (or raise) before claiming anything
+    options.endpoint.client()  # reach Redis (or raise) before claiming anything
     claim = f"{CLAIM_PREFIX}{uuid.uuid4().hex}"
     not_after = max(chosen[i]["dead_lettered_at"] for i in keep)
     claimed = set(
@@ -214,27 +216,35 @@ def replay_dead_letters(
                     "replayed after this run read the table); that run publishes it",
                 )
             )
-    entry_ids: list[str] = []
+    confirmed: list[tuple[int, str]] = []  # (letter, its new entry ID), as Redis confirmed
     if ours:
-        publisher = Publisher(options, marker=None, collect_entry_ids=True)
         try:
-            with publisher:
-                publisher.publish(batch.take(pa.array(ours, pa.int64())))
+            for lane, route_key in _lanes(options, [chosen[i]["topic"] for i in ours]):
+                letters = [ours[position] for position in lane]
+                publisher = Publisher(
+                    options, marker=None, collect_entry_ids=True, route_key=route_key
+                )
+                try:
+                    with publisher:
+                        publisher.publish(batch.take(pa.array(letters, pa.int64())))
+                finally:
+                    confirmed.extend(
+                        zip(letters, map(str, publisher.entry_ids or ()), strict=False)
+                    )
         except AtlasbusError as exc:
             # The letters past the confirmed ones stay claimed: a reply may have been lost
             # after Redis added them, so only the user can tell (from the stream).
-            unconfirmed = len(ours) - len(publisher.entry_ids or ())
+            unconfirmed = len(ours) - len(confirmed)
             raise PublishError(
                 f"{exc}. {unconfirmed} dead letter(s) stay claimed by replay run "
                 f"{claim[len(CLAIM_PREFIX) :]} without a confirmed entry: look in the stream "
                 f"for them, then replay those it does not hold with {named('again')}"
             ) from exc
         finally:  # record what was confirmed published, even when publishing failed midway
-            assert publisher.entry_ids is not None
-            entry_ids = [str(entry_id) for entry_id in publisher.entry_ids]
+            confirmed.sort()
             table.finish_replay(
-                [chosen[i]["dead_letter_id"] for i in ours[: len(entry_ids)]],
-                entry_ids,
+                [chosen[i]["dead_letter_id"] for i, _ in confirmed],
+                [entry_id for _, entry_id in confirmed],
                 claim,
                 at=at,
                 not_after=not_after,
@@ -246,24 +256,21 @@ def replay_dead_letters(
             options.stream_key(chosen[i]["topic"]),
             entry_id,
         )
-        for i, entry_id in zip(ours, entry_ids, strict=True)
+        for i, entry_id in confirmed
     )
     return ReplayResult(replayed, tuple(refused_before), refused, dry_run)
 
 
-def _reach(endpoint: RedisEndpoint) -> None:
-    """Connect (or raise), and refuse a Redis Cluster, before anything is claimed.
-
-    The publisher sends a batch, whatever its topics, on one connection, which a cluster
-    cannot route to each stream's master: a claimed run would publish nothing and leave its
-    dead letters claimed. Refused here, the table is left as it was.
-    """
-    if is_cluster_client(endpoint.client()):
-        raise AtlasbusError(
-            f"dead-letter replay cannot publish to a Redis Cluster yet ({endpoint.description} "
-            "runs in cluster mode: the publisher cannot route a batch to each stream's master); "
-            "nothing was claimed or published"
-        )
+def _lanes(options: SinkOptions, topics: list[str]) -> list[tuple[list[int], str | None]]:
+    """The letters (positions in ``topics``) each publisher sends, and the key it routes by:
+    all on one connection, or on a Redis Cluster one per hash slot, on the slot's master
+    (``atlasbus.publishing.slot_lanes``)."""
+    if not options.endpoint.is_cluster:
+        return [(list(range(len(topics))), None)]
+    by_slot: dict[int, list[int]] = {}
+    for position, topic in enumerate(topics):
+        by_slot.setdefault(key_slot(options.stream_key(topic).encode()), []).append(position)
+    return [(lane, "{" + slot_tag(slot) + "}") for slot, lane in by_slot.items()]
 
 
 def _replayed_before(row: dict[str, Any]) -> Refused:
