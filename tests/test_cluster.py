@@ -360,3 +360,33 @@ def test_the_documented_acl_with_its_cluster_line_reads_and_publishes(
         "append"
     ).option("url", url("writer")).option("streamPrefix", prefix).save()
     assert [client.xlen(f"{prefix}:copy-{topic}") for topic in topics] == [20, 20, 20]
+
+
+def test_planning_follows_ask_to_a_key_that_migrated_before_its_slot(
+    cluster: LocalCluster, client: RedisCluster, prefix: str
+) -> None:
+    """Mid-migration: the stream has moved (MIGRATE), its slot not yet (no SETSLOT NODE), so
+    its old master answers ASK; planning asks the new one, with ASKING, and gets the stream."""
+    stream = f"{prefix}:asked"
+    publish(client, prefix, "asked", 7)
+    slot = client.keyslot(stream)
+    source = client.get_node_from_key(stream).port
+    target = next(m.port for m in cluster.masters if m.port != source)
+    nodes = {port: redis.Redis(port=port) for port in (source, target)}
+    ids = {port: node.execute_command("CLUSTER", "MYID").decode() for port, node in nodes.items()}
+    nodes[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+    nodes[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+    try:
+        for key in nodes[source].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            nodes[source].execute_command("MIGRATE", "127.0.0.1", target, key, 0, 5000)
+        with pytest.raises(redis.exceptions.AskError):
+            nodes[source].xlen(stream)
+        catalog = StreamCatalog(RedisEndpoint.from_options(cluster.url, None, None))
+        assert catalog.info([stream])[stream].length == 7  # type: ignore[union-attr]
+        assert catalog.last_at_or_before_each({stream: EntryId(2**63, 0)})[stream] is not None
+    finally:
+        for port in (target, source, *(m.port for m in cluster.masters)):
+            with redis.Redis(port=port) as node:
+                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+        for node in nodes.values():
+            node.close()

@@ -35,6 +35,8 @@ _refresh_lock = threading.Lock()
 # The replies that send a command elsewhere (or to wait): MOVED, ASK and TRYAGAIN.
 REDIRECTS: tuple[type[Exception], ...] = (MovedError, AskError, TryAgainError)
 
+Command = tuple[Any, ...]
+
 # Commands whose key is their third word (``XINFO STREAM key``, ``XGROUP CREATE key ...``).
 _SUBCOMMANDS = {"XINFO", "XGROUP", "OBJECT", "MEMORY"}
 
@@ -58,61 +60,17 @@ def node_name_of(client: Any, key: str) -> str:
 
 
 def send_by_node(
-    endpoint: RedisEndpoint, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool
+    endpoint: RedisEndpoint, commands: Sequence[Command], *, raise_errors: bool
 ) -> list[Any]:
     """Send each command to the master owning its key; the raw replies, in order.
 
-    Commands are grouped per master and written to every master before any reply is read:
-    one round trip, however many masters. A command redirected (MOVED: the slot moved; ASK:
-    its key already migrated; TRYAGAIN: keys of its slot are mid-migration) is sent again
-    where the cluster says, after the slot map is read again; the others' replies stand. An
-    error reply is returned as its exception (raised with ``raise_errors``).
-
+    One round trip, however many masters (``send_groups_by_node``). A command answered with
+    ASK (its key already migrated, its slot not yet) is sent to the target with ``ASKING``
+    before it. An error reply is returned as its exception (raised with ``raise_errors``).
     Only for commands that may run twice: a redirect means the command did not run.
     """
-    import redis
-
-    client: Any = endpoint.client()
-    replies: list[Any] = [None] * len(commands)
-    waiting = list(range(len(commands)))
-    asked: dict[int, Any] = {}  # command index -> node an ASK sent it to
-    for _ in range(REDIRECT_ROUNDS):
-        groups: dict[str, list[int]] = {}
-        nodes: dict[str, Any] = {}
-        for index in waiting:
-            node = asked.get(index) or client.get_node_from_key(command_key(commands[index]))
-            groups.setdefault(node.name, []).append(index)
-            nodes[node.name] = node
-        received = _round_trip(endpoint, client, nodes, groups, commands, asked)
-        waiting, asked, moved, pause = [], {}, False, False
-        for index, reply in received.items():
-            if isinstance(reply, redis.exceptions.AskError):
-                target = client.get_node(host=reply.host, port=reply.port)
-                if target is None:
-                    moved = True
-                else:
-                    asked[index] = target
-                waiting.append(index)
-            elif isinstance(reply, redis.exceptions.MovedError):
-                moved = True
-                waiting.append(index)
-            elif isinstance(reply, redis.exceptions.TryAgainError):
-                pause = True
-                waiting.append(index)
-            else:
-                replies[index] = reply
-        if not waiting:
-            break
-        if moved:
-            refresh_slot_map(client)
-        if pause:
-            time.sleep(REDIRECT_PAUSE_S)
-    else:
-        raise RedisUnavailableError(
-            f"the Redis Cluster at {endpoint.description} kept redirecting commands on "
-            f"{command_key(commands[waiting[0]])!r} ({REDIRECT_ROUNDS} times): is a slot "
-            "migration stuck? CLUSTER NODES shows slots in migration"
-        )
+    groups = [(command_key(command), [command]) for command in commands]
+    replies = [got[0] for got in send_groups_by_node(endpoint, groups)]
     if raise_errors:
         for reply in replies:
             if isinstance(reply, Exception):
@@ -120,33 +78,109 @@ def send_by_node(
     return replies
 
 
+def send_groups_by_node(
+    endpoint: RedisEndpoint, groups: Sequence[tuple[str, Sequence[Command]]]
+) -> list[list[Any]]:
+    """Send each ``(key, commands)`` group, in order and together, to the master owning
+    ``key``; each group's raw replies (error replies as their exceptions).
+
+    Every master is written to before any reply is read: one round trip, however many
+    masters. A group redirected (MOVED: the slot moved; ASK: its key already migrated;
+    TRYAGAIN: its slot's keys are mid-migration) is sent again where the cluster says, after
+    the slot map is read again; the others' replies stand. In ``MULTI ... EXEC`` a redirected
+    command aborts the transaction (EXECABORT), so the whole group is sent again; such a group
+    waits an ASK out rather than follow it. Only for groups that may run again when a
+    redirect means they did not run.
+    """
+    client: Any = endpoint.client()
+    replies: list[list[Any]] = [[] for _ in groups]
+    waiting = list(range(len(groups)))
+    asked: dict[int, Any] = {}  # group index -> the node an ASK sent its one command to
+    for _ in range(REDIRECT_ROUNDS):
+        by_node: dict[str, list[int]] = {}
+        nodes: dict[str, Any] = {}
+        for index in waiting:
+            node = asked.get(index) or client.get_node_from_key(groups[index][0])
+            by_node.setdefault(node.name, []).append(index)
+            nodes[node.name] = node
+        received = _round_trip(endpoint, client, nodes, by_node, groups, asked)
+        waiting, asked, moved, pause = [], {}, False, False
+        for index, got in received.items():
+            redirect = next((reply for reply in got if isinstance(reply, REDIRECTS)), None)
+            if redirect is None:
+                replies[index] = got
+                continue
+            waiting.append(index)
+            target = None
+            if isinstance(redirect, AskError) and len(groups[index][1]) == 1:
+                target = client.get_node(host=redirect.host, port=redirect.port)
+            if target is not None:
+                asked[index] = target
+            elif isinstance(redirect, MovedError | AskError):
+                moved = True
+            else:
+                pause = True
+        if not waiting:
+            return replies
+        if moved:
+            refresh_slot_map(client)
+        if pause:
+            time.sleep(REDIRECT_PAUSE_S)
+    raise RedisUnavailableError(
+        f"the Redis Cluster at {endpoint.description} kept redirecting commands on "
+        f"{groups[waiting[0]][0]!r} ({REDIRECT_ROUNDS} times): is a slot migration stuck? "
+        "CLUSTER NODES shows slots in migration"
+    )
+
+
+def eval_by_node(
+    endpoint: RedisEndpoint, script: str, sha: str, calls: Sequence[tuple[str, Sequence[Any]]]
+) -> list[Any]:
+    """Run ``script`` once per ``(key, argv)`` on the master owning ``key``; the raw replies.
+
+    EVALSHA first; where a master does not have the script cached yet (NOSCRIPT: first use on
+    that node, a SCRIPT FLUSH, a failover to a replica that never ran it), EVAL, which also
+    caches it there. Error replies are returned as their exceptions.
+    """
+    import redis
+
+    def run(command: str, body: str, indices: Sequence[int]) -> list[Any]:
+        groups = [(calls[i][0], [(command, body, 1, calls[i][0], *calls[i][1])]) for i in indices]
+        return [got[0] for got in send_groups_by_node(endpoint, groups)]
+
+    replies = run("EVALSHA", sha, range(len(calls)))
+    missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+    if missing:
+        for index, reply in zip(missing, run("EVAL", script, missing), strict=True):
+            replies[index] = reply
+    return replies
+
+
 def _round_trip(
     endpoint: RedisEndpoint,
     client: Any,
     nodes: dict[str, Any],
-    groups: dict[str, list[int]],
-    commands: Sequence[tuple[Any, ...]],
+    by_node: dict[str, list[int]],
+    groups: Sequence[tuple[str, Sequence[Command]]],
     asked: dict[int, Any],
-) -> dict[int, Any]:
-    """Write each node's commands, then read every reply: the replies by command index.
-
-    A command sent after an ASK goes with an ``ASKING`` before it, whose OK is dropped.
-    """
+) -> dict[int, list[Any]]:
+    """Write every node's groups, then read every reply: the replies by group index. An asked
+    group goes with an ``ASKING`` before it, whose OK is dropped."""
     import redis
 
-    received: dict[int, Any] = {}
+    received: dict[int, list[Any]] = {}
     with ExitStack() as stack:
         sent: list[tuple[str, Any, list[int]]] = []
-        for name, indices in groups.items():
+        for name, indices in by_node.items():
             with node_errors(endpoint, name):
                 pool = client.get_redis_connection(nodes[name]).connection_pool
                 connection = pool.get_connection()
             stack.callback(pool.release, connection)
-            outgoing: list[tuple[Any, ...]] = []
+            outgoing: list[Command] = []
             for index in indices:
                 if index in asked:
                     outgoing.append(("ASKING",))
-                outgoing.append(commands[index])
+                outgoing.extend(groups[index][1])
             try:
                 with node_errors(endpoint, name):
                     connection.send_packed_command(connection.pack_commands(outgoing))
@@ -161,10 +195,13 @@ def _round_trip(
                     for index in indices:
                         if index in asked:
                             connection.read_response()  # ASKING's OK
-                        try:
-                            received[index] = connection.read_response()
-                        except redis.ResponseError as exc:
-                            received[index] = exc
+                        got: list[Any] = []
+                        for _ in groups[index][1]:
+                            try:
+                                got.append(connection.read_response())
+                            except redis.ResponseError as exc:  # read on: the next reply follows
+                                got.append(exc)
+                        received[index] = got
                 clean = True
             finally:
                 if not clean:

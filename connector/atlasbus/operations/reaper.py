@@ -81,7 +81,7 @@ from typing import Any, Final
 import pyarrow as pa
 from deltalake import QueryBuilder
 
-from atlasbus.bus.cluster import send_by_node
+from atlasbus.bus.cluster import send_by_node, send_groups_by_node
 from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_errors
 from atlasbus.dead_letters.record import DeadLetter, QueryContext, dead_letter_id
 from atlasbus.dead_letters.schema import RETRY_EXHAUSTED
@@ -89,7 +89,6 @@ from atlasbus.dead_letters.table import DeadLetterTable
 from atlasbus.errors import AtlasbusError, ConfigurationError
 from atlasbus.model.conversions import reply_text
 from atlasbus.model.entry_id import EntryId
-from atlasbus.operations.cluster_routing import send_groups_by_node
 from atlasbus.option_names import named
 from atlasbus.options.source import SweepPolicy
 from atlasbus.wire.raw_text import raw_text

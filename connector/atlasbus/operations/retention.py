@@ -32,7 +32,7 @@ the point and trims, with nothing in between. Scripts run under effects replicat
 since Redis 5, the only mode in 7), so replicas and the AOF get the XTRIM itself, not the script;
 XINFO's non-determinism is harmless. One script call per stream (one key each, so each runs on
 the stream's own node in a cluster), all streams pipelined in one round trip (on a cluster, one
-for all masters: ``cluster_routing.eval_by_node``).
+for all masters: ``atlasbus.bus.cluster.eval_by_node``).
 
 Exact trimming (``MINID =``) rather than approximate (``~``): ``~`` removes only whole
 macro-nodes (about 100 entries each by default) and so may remove nothing for a while, and
@@ -47,11 +47,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from atlasbus.bus.cluster import eval_by_node
 from atlasbus.bus.connection import RedisEndpoint, is_cluster_client, translate_errors
 from atlasbus.errors import ConfigurationError
 from atlasbus.model.conversions import reply_text
 from atlasbus.model.entry_id import EntryId
-from atlasbus.operations.cluster_routing import eval_by_node
 from atlasbus.option_names import named
 
 QUERY: Final = "query"
