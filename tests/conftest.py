@@ -64,6 +64,7 @@ CHILD_SPARK_TESTS: frozenset[tuple[str, str]] = frozenset(
 SLOW_FILES: frozenset[str] = frozenset(
     {
         "test_cluster_faults.py",  # clusters of their own, migrated and failed over
+        "test_cluster_tools.py",  # the bus tools on a cluster of their own, a slot moved
         "test_delta_sink_crash.py",
         "test_deployments.py",
         "test_docs_code_runs.py",  # runs the docs' Python blocks on Spark
@@ -81,6 +82,8 @@ SLOW_FILES: frozenset[str] = frozenset(
 # Single tests of the slow tier: soak and concurrency runs (hundreds of batches or commits).
 SLOW_TESTS: frozenset[tuple[str, str]] = frozenset(
     {
+        ("test_cluster.py", "test_a_streaming_pipeline_on_the_cluster_publishes_each_entry_once"),
+        ("test_cluster.py", "test_the_documented_acl_with_its_cluster_line_reads_and_publishes"),
         ("test_delta_spark.py", "test_compact_is_safe_beside_delta_spark_optimize_history"),
         (
             "test_delta_spark.py",
