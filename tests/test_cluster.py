@@ -390,3 +390,37 @@ def test_planning_follows_ask_to_a_key_that_migrated_before_its_slot(
                 node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
         for node in nodes.values():
             node.close()
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["marker", "no-marker"])
+def test_a_lane_whose_slot_moved_goes_on_on_the_new_master(
+    cluster: LocalCluster,
+    client: RedisCluster,
+    prefix: str,
+    exactly_once: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The slot moves between two batches of a task: the lane's next chunk meets MOVED, reads
+    the slot map again and goes on on the new master, each row once."""
+    topics = topics_on_each_master(client, prefix)
+    options = sink_options(cluster.url, prefix)
+    marker = f"{prefix}:{MARKER_NAMESPACE}:wmoved:0" if exactly_once else None
+    RedisEndpoint.from_options(cluster.url, None, None).client()  # the map, before the move
+    with SlotLanes(options, marker=marker) as lanes:
+        lanes.publish(rows(topics, 0, 10))
+        moved = f"{prefix}:{topics[0]}"
+        owner = client.get_node_from_key(moved).port
+        target = next(m for m in cluster.masters if m.port != owner)
+        cluster.migrate_slot(client.keyslot(moved), target)
+        lanes.publish(rows(topics, 10, 10))
+        lanes.finish()
+    assert (lanes.published, lanes.skipped) == (60, 0)
+    resumed = [r.getMessage() for r in caplog.records if "publishing again" in r.getMessage()]
+    assert len(resumed) == 1 and "MOVED" not in resumed[0] and "moved on the Redis" in resumed[0]
+    client.nodes_manager.initialize()
+    assert client.get_node_from_key(moved).port == target.port
+    for topic in topics:
+        numbers = [
+            json.loads(fields[b"payload"])["n"] for _, fields in client.xrange(f"{prefix}:{topic}")
+        ]
+        assert numbers == list(range(20))

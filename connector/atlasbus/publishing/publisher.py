@@ -214,8 +214,8 @@ class Publisher:
             conn.disconnect()
             stack.close()
         log.warning(
-            "exactly-once marker %s: publishing again on the %s after %s",
-            self.marker,
+            "%s: publishing again on the %s after %s",
+            f"exactly-once marker {self.marker}" if self.marker else f"rows from {first}",
             self.options.endpoint.description,
             failure,
         )
@@ -277,7 +277,11 @@ class Publisher:
             except (RedisUnavailableError, ReplicasBehind) as failed:
                 failure = failed
                 endpoint = self.options.endpoint
-                resumable = self.marker is not None and self._held is None
+                # on a cluster without a marker too: the chunk that failed is sent again
+                # whole, which at-least-once allows (its rows that had landed, twice)
+                resumable = self._held is None and (
+                    self.marker is not None or endpoint.known_cluster
+                )
                 if resumable and endpoint.known_cluster:
                     deadline = deadline or time.monotonic() + endpoint.read_timeout_s
                     resumable = time.monotonic() < deadline and not isinstance(
