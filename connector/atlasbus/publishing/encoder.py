@@ -99,6 +99,24 @@ class EncodedBatch:
             return stop - start
         return int(pc.sum(self.accepted.slice(start, stop - start).cast(pa.int32())).as_py() or 0)
 
+    def slice(self, start: int) -> EncodedBatch:
+        """Rows ``[start, ...)``, for a batch with no rejections."""
+        return self.filter(None, start)
+
+    def filter(self, mask: pa.BooleanArray | None, start: int = 0) -> EncodedBatch:
+        """The rows ``mask`` keeps (all with None), from ``start``: a batch with no rejections,
+        whose commands are these rows' (a lane's share of a task's batch: ``SlotLanes``)."""
+        if self.rejections and mask is None:
+            raise ValueError("only a batch without rejections can be cut")
+        commands, streams = self.commands.slice(start), self.streams
+        if not isinstance(streams, str):
+            streams = streams.slice(start)
+        if mask is not None:
+            commands = commands.filter(mask)
+            if not isinstance(streams, str):
+                streams = streams.filter(mask)
+        return EncodedBatch(commands, None, streams, ())
+
     def stream_of(self, row: int) -> str:
         if isinstance(self.streams, str):
             return self.streams

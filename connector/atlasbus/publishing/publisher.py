@@ -261,8 +261,11 @@ class Publisher:
 
     # --- publishing ---------------------------------------------------------------------------
 
-    def publish(self, batch: pa.RecordBatch) -> None:
-        """Publish a batch of input rows, skipping those an earlier attempt already published."""
+    def publish(self, batch: pa.RecordBatch, encoded: EncodedBatch | None = None) -> None:
+        """Publish a batch of input rows, skipping those an earlier attempt already published.
+
+        ``encoded``: the batch already encoded, none of it rejected (``SlotLanes`` encodes a
+        task's batch once and hands each lane its rows)."""
         if batch.num_rows == 0:
             return
         first = self.position
@@ -272,7 +275,7 @@ class Publisher:
             try:
                 if failure is not None:
                     self._resume_after_failover(first, failure)
-                self._publish_batch(batch)
+                self._publish_batch(batch, encoded)
                 return
             except (RedisUnavailableError, ReplicasBehind) as failed:
                 failure = failed
@@ -307,15 +310,15 @@ class Publisher:
                         raise PublishError(str(failure)) from None
                     raise
 
-    def _publish_batch(self, batch: pa.RecordBatch) -> None:
+    def _publish_batch(self, batch: pa.RecordBatch, encoded: EncodedBatch | None) -> None:
         self._connection()
-        if self._held is not None:
+        if self._held is not None:  # encoded again when released: a retry's rare path
             self._held.append(batch)
             self._held_rows += batch.num_rows
             if self._held_rows >= self.done:
                 self._release_held()
             return
-        self._publish_rows(batch)
+        self._publish_rows(batch, encoded)
 
     def finish(self) -> None:
         """The task's input has ended: publish what a retry still holds (rows vanished)."""
@@ -357,7 +360,7 @@ class Publisher:
         for batch in held:
             self._publish_rows(batch)
 
-    def _publish_rows(self, batch: pa.RecordBatch) -> None:
+    def _publish_rows(self, batch: pa.RecordBatch, encoded: EncodedBatch | None = None) -> None:
         size = batch.num_rows
         first = self.position
         self.position += size
@@ -365,9 +368,12 @@ class Publisher:
         self.skipped += skip
         if skip == size:
             return
-        encoded = encode_batch(
-            batch.slice(skip), self.options, enqueued_time=time.time(), row_base=first + skip
-        )
+        if encoded is not None:
+            encoded = encoded.slice(skip)
+        else:
+            encoded = encode_batch(
+                batch.slice(skip), self.options, enqueued_time=time.time(), row_base=first + skip
+            )
         if encoded.rejections:
             if self.options.dead_letter_table is None:
                 raise PublishError(rejection_message(encoded))

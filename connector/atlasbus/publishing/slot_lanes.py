@@ -90,8 +90,9 @@ class SlotLanes:
             slots = np.where(accepted, slots, -1)
         found, first_rows = np.unique(slots, return_index=True)
         for slot in found[np.argsort(first_rows)]:  # in the order the batch first names them
-            if slot >= 0:
-                self._lane(int(slot)).publish(batch.filter(pa.array(slots == slot)))
+            if slot >= 0:  # the lane's rows, and their commands: encoded once, here
+                mask = pa.array(slots == slot)
+                self._lane(int(slot)).publish(batch.filter(mask), encoded.filter(mask))
 
     def finish(self) -> None:
         """The task's input has ended: each lane publishes what a retry still holds."""
