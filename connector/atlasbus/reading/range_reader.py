@@ -124,7 +124,7 @@ def _received_replies(
                 failures += 1
                 if failures == FAILOVER_ATTEMPTS:
                     raise
-            elif endpoint.is_cluster:
+            elif endpoint.known_cluster:  # known: asking again would wait twice
                 deadline = deadline or time.monotonic() + endpoint.read_timeout_s
                 if time.monotonic() > deadline:
                     raise
