@@ -65,6 +65,10 @@ SLOW_FILES: frozenset[str] = frozenset(
     {
         "test_cluster_faults.py",  # clusters of their own, migrated and failed over
         "test_cluster_tools.py",  # the bus tools on a cluster of their own, a slot moved
+        "test_acl.py",  # every feature under the documented least ACL, on db 0 and db 1
+        "test_compiled_cache.py",  # numba compiles from scratch in child processes, per case
+        "test_decode_fuzz.py",  # property-based: hundreds of generated pages per test
+        "test_spark_home.py",  # builds copies of SPARK_HOME in child processes
         "test_delta_sink_crash.py",
         "test_deployments.py",
         "test_docs_code_runs.py",  # runs the docs' Python blocks on Spark
@@ -83,6 +87,16 @@ SLOW_FILES: frozenset[str] = frozenset(
 SLOW_TESTS: frozenset[tuple[str, str]] = frozenset(
     {
         ("test_cluster.py", "test_a_streaming_pipeline_on_the_cluster_publishes_each_entry_once"),
+        ("test_compiled_kernels.py", "test_a_reply_ending_at_a_guard_page_walks_within_its_bytes"),
+        (
+            "test_compiled_kernels.py",
+            "test_a_header_claiming_a_trillion_entries_allocates_for_a_few",
+        ),
+        ("test_source_batch.py", "test_format_resolves_in_a_fresh_session_without_registering"),
+        (
+            "test_dead_letter_view.py",
+            "test_without_the_jars_the_view_reads_through_delta_rs_and_says_what_to_do",
+        ),
         ("test_cluster.py", "test_the_documented_acl_with_its_cluster_line_reads_and_publishes"),
         ("test_delta_spark.py", "test_compact_is_safe_beside_delta_spark_optimize_history"),
         (

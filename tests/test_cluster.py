@@ -424,3 +424,37 @@ def test_a_lane_whose_slot_moved_goes_on_on_the_new_master(
             json.loads(fields[b"payload"])["n"] for _, fields in client.xrange(f"{prefix}:{topic}")
         ]
         assert numbers == list(range(20))
+
+
+@pytest.mark.spark
+def test_trim_consumed_and_loss_checks_work_per_stream_on_each_master(
+    spark: Any, cluster: LocalCluster, client: RedisCluster, prefix: str, tmp_path: Path
+) -> None:
+    """``trimConsumed`` trims each stream, on its own master, to what its groups and the
+    query consumed; then entries trimmed on one master before the query read them stop the
+    query, naming that stream."""
+    first, second, _ = topics_on_each_master(client, prefix)
+    ids = publish(client, prefix, first, 40)
+    other = publish(client, prefix, second, 10)
+    client.xgroup_create(f"{prefix}:{first}", "slow", id=ids[19])
+    query = (
+        stream_reader(spark, cluster.url, prefix, topics=f"{first},{second}", trimConsumed="true")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        query.processAllAvailable()  # the last batch's commit comes with the next trigger
+        held = [entry.decode() for entry, _ in client.xrange(f"{prefix}:{first}")]
+        assert held == ids[19:]  # the group "slow" stands on the 20th, which is kept
+        assert [e.decode() for e, _ in client.xrange(f"{prefix}:{second}")] == other[-1:]
+        publish(client, prefix, second, 30, start=10)
+        client.xtrim(f"{prefix}:{second}", maxlen=5, approximate=False)  # 25 unread, gone
+        with pytest.raises(Exception) as stopped:
+            query.processAllAvailable()
+        message = str(stopped.value)
+        assert f"stream '{prefix}:{second}'" in message, message
+        assert "were removed (trimmed or deleted) before the query read them" in message
+    finally:
+        query.stop()

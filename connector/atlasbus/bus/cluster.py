@@ -8,14 +8,17 @@ all masters before any reply is read. Runs on the driver and on executors.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import AskError, MovedError, TryAgainError
-
+from atlasbus.bus.slot_map import (
+    REDIRECT_PAUSE_S,
+    is_moved,
+    redirect_errors,
+    refresh_slot_map,
+)
 from atlasbus.errors import RedisUnavailableError
 
 if TYPE_CHECKING:
@@ -24,16 +27,7 @@ if TYPE_CHECKING:
 # Rounds of redirects a command follows before the error is raised: a slot moving under a
 # running query redirects once (MOVED) or a few times (ASK, TRYAGAIN while keys migrate).
 REDIRECT_ROUNDS = 20
-# How long to wait before asking again after TRYAGAIN or an ASK to a node mid-migration.
-REDIRECT_PAUSE_S = 0.05
-# How often a cluster is asked for its slot map while a failed master is replaced.
-FAILOVER_POLL_S = 0.5
 
-_refresh_lock = threading.Lock()
-
-
-# The replies that send a command elsewhere (or to wait): MOVED, ASK and TRYAGAIN.
-REDIRECTS: tuple[type[Exception], ...] = (MovedError, AskError, TryAgainError)
 
 Command = tuple[Any, ...]
 
@@ -41,17 +35,18 @@ Command = tuple[Any, ...]
 _SUBCOMMANDS = {"XINFO", "XGROUP", "OBJECT", "MEMORY"}
 
 
+def is_asked(error: BaseException) -> bool:
+    """ASK: the command's key has migrated, its slot not yet."""
+    from redis.exceptions import AskError
+
+    return isinstance(error, AskError)
+
+
 def command_key(command: Sequence[Any]) -> str:
     """The key a command is about: routes it to its slot."""
     name = str(command[0]).upper()
     key = command[2] if name in _SUBCOMMANDS else command[1]
     return key.decode() if isinstance(key, bytes) else str(key)
-
-
-def refresh_slot_map(client: Any) -> None:
-    """Read the slot map again (after MOVED, or when a master stopped answering)."""
-    with _refresh_lock:
-        client.nodes_manager.initialize()
 
 
 def node_name_of(client: Any, key: str) -> str:
@@ -106,17 +101,17 @@ def send_groups_by_node(
         received = _round_trip(endpoint, client, nodes, by_node, groups, asked)
         waiting, asked, moved, pause = [], {}, False, False
         for index, got in received.items():
-            redirect = next((reply for reply in got if isinstance(reply, REDIRECTS)), None)
+            redirect: Any = next((r for r in got if isinstance(r, redirect_errors())), None)
             if redirect is None:
                 replies[index] = got
                 continue
             waiting.append(index)
             target = None
-            if isinstance(redirect, AskError) and len(groups[index][1]) == 1:
+            if is_asked(redirect) and len(groups[index][1]) == 1:
                 target = client.get_node(host=redirect.host, port=redirect.port)
             if target is not None:
                 asked[index] = target
-            elif isinstance(redirect, MovedError | AskError):
+            elif is_asked(redirect) or is_moved(redirect):
                 moved = True
             else:
                 pause = True

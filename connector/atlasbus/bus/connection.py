@@ -661,7 +661,7 @@ def _across_cluster_failover(endpoint: RedisEndpoint, step: Callable[[], T]) -> 
     the URL's ``socket_timeout``; then the node's error stands."""
     import time
 
-    from atlasbus.bus.cluster import FAILOVER_POLL_S, refresh_slot_map
+    from atlasbus.bus.slot_map import FAILOVER_POLL_S, refresh_slot_map
 
     deadline = time.monotonic() + endpoint.read_timeout_s
     while True:
@@ -730,7 +730,7 @@ def _forget(endpoint: RedisEndpoint) -> None:
     """Drop the process's client, so the next use connects afresh; a cluster's client is kept
     (its other nodes still answer) and reads the slot map again instead."""
     if endpoint.known_cluster:
-        from atlasbus.bus.cluster import refresh_slot_map
+        from atlasbus.bus.slot_map import refresh_slot_map
 
         with _clients_lock:
             client = _clients.get(endpoint._key())

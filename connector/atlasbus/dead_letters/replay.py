@@ -39,7 +39,6 @@ from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-from redis.crc import key_slot
 
 from atlasbus.bus.connection import RedisEndpoint
 from atlasbus.dead_letters.table import DeadLetterTable
@@ -267,6 +266,8 @@ def _lanes(options: SinkOptions, topics: list[str]) -> list[tuple[list[int], str
     (``atlasbus.publishing.slot_lanes``)."""
     if not options.endpoint.is_cluster:
         return [(list(range(len(topics))), None)]
+    from redis.crc import key_slot
+
     by_slot: dict[int, list[int]] = {}
     for position, topic in enumerate(topics):
         by_slot.setdefault(key_slot(options.stream_key(topic).encode()), []).append(position)

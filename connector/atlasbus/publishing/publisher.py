@@ -38,9 +38,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from redis.exceptions import MovedError
 
-from atlasbus.bus.cluster import FAILOVER_POLL_S, REDIRECT_PAUSE_S, REDIRECTS, refresh_slot_map
 from atlasbus.bus.connection import (
     FAILOVER_ATTEMPTS,
     RedisEndpoint,
@@ -51,6 +49,13 @@ from atlasbus.bus.connection import (
     translate_errors,
 )
 from atlasbus.bus.replication import ReplicasBehind
+from atlasbus.bus.slot_map import (
+    FAILOVER_POLL_S,
+    REDIRECT_PAUSE_S,
+    is_moved,
+    redirect_errors,
+    refresh_slot_map,
+)
 from atlasbus.errors import PublishError, RedisUnavailableError
 from atlasbus.options.sink import SinkOptions
 from atlasbus.publishing.encoder import EncodedBatch, Rejection, encode_batch
@@ -250,12 +255,12 @@ class Publisher:
                     if not isinstance(exc, redis.ResponseError):
                         raise
                     out.append(exc)
-        redirect = next((reply for reply in out if isinstance(reply, REDIRECTS)), None)
+        redirect = next((reply for reply in out if isinstance(reply, redirect_errors())), None)
         if redirect is not None:
             raise SlotMoved(
                 f"the slot of {self.route_key!r} moved on the Redis Cluster at "
                 f"{self.options.endpoint.description} ({redirect})",
-                settled=isinstance(redirect, MovedError),
+                settled=is_moved(redirect),
             )
         return out
 

@@ -23,7 +23,6 @@ from types import TracebackType
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from redis.crc import key_slot
 
 from atlasbus.errors import PublishError
 from atlasbus.options.sink import SinkOptions
@@ -112,6 +111,8 @@ class SlotLanes:
 
 def _row_slots(streams: pa.Array | str, size: int) -> np.ndarray:
     """The hash slot of each row's stream (a stream's slot is computed once)."""
+    from redis.crc import key_slot
+
     if isinstance(streams, str):
         return np.full(size, key_slot(streams.encode()), dtype=np.int64)
     encoded = streams.dictionary_encode()
@@ -133,6 +134,8 @@ def slot_tag(slot: int) -> str:
     puts a marker in the slot of the streams it counts, whatever their names hold. The same
     slot gives the same tag in every process, so a retried task finds its lane's marker."""
     global _next_candidate
+    from redis.crc import key_slot
+
     with _tags_lock:
         while slot not in _tags:
             _tags.setdefault(key_slot(str(_next_candidate).encode()), str(_next_candidate))

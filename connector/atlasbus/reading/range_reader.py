@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from atlasbus.bus.cluster import FAILOVER_POLL_S, REDIRECT_PAUSE_S, REDIRECTS, refresh_slot_map
 from atlasbus.bus.connection import (
     FAILOVER_ATTEMPTS,
     node_of,
@@ -31,6 +30,13 @@ from atlasbus.bus.connection import (
     translate_errors,
 )
 from atlasbus.bus.gc_pause import cyclic_gc_paused
+from atlasbus.bus.slot_map import (
+    FAILOVER_POLL_S,
+    REDIRECT_PAUSE_S,
+    is_moved,
+    redirect_errors,
+    refresh_slot_map,
+)
 from atlasbus.bus.stream_catalog import StreamCatalog
 from atlasbus.decoding.decoder import DecodedPage, decode_envelope_page, decode_raw
 from atlasbus.decoding.kernels.selection import compiled_kernels_usable
@@ -118,7 +124,7 @@ def _received_replies(
         try:
             yield from _replies_after(options, read, resume)
             return
-        except (RedisUnavailableError, *REDIRECTS) as failure:  # type: ignore[misc]
+        except (RedisUnavailableError, *redirect_errors()) as failure:  # type: ignore[misc]
             redirected = isinstance(failure, redis.ResponseError)
             if endpoint.is_sentinel and not redirected:
                 failures += 1
@@ -129,7 +135,7 @@ def _received_replies(
                 if time.monotonic() > deadline:
                     raise
                 pause = REDIRECT_PAUSE_S if redirected else FAILOVER_POLL_S
-                time.sleep(0 if isinstance(failure, redis.exceptions.MovedError) else pause)
+                time.sleep(0 if is_moved(failure) else pause)
                 refresh_slot_map(endpoint.client())
             else:
                 raise
