@@ -99,6 +99,7 @@ SLOW_TESTS: frozenset[tuple[str, str]] = frozenset(
         ),
         ("test_cluster.py", "test_the_documented_acl_with_its_cluster_line_reads_and_publishes"),
         ("test_delta_spark.py", "test_compact_is_safe_beside_delta_spark_optimize_history"),
+        ("test_delta_spark.py", "test_compact_two_hundred_small_appends"),
         (
             "test_delta_spark.py",
             "test_concurrent_commits_from_both_engines_lose_and_double_nothing",
