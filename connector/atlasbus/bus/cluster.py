@@ -49,11 +49,6 @@ def command_key(command: Sequence[Any]) -> str:
     return key.decode() if isinstance(key, bytes) else str(key)
 
 
-def node_name_of(client: Any, key: str) -> str:
-    """``host:port`` of the master that owns ``key``'s slot, as the slot map says now."""
-    return str(client.get_node_from_key(key).name)
-
-
 def send_by_node(
     endpoint: RedisEndpoint, commands: Sequence[Command], *, raise_errors: bool
 ) -> list[Any]:
