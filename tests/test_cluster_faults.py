@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ from redis.cluster import RedisCluster
 from atlasbus.sandbox.redis_cluster import LocalCluster
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import envelope, stream_reader, wait_until
+from test_crash_recovery import (
+    _kill,
+    _start_query,
+    _stop_if_running,
+    batch_numbers,
+    group_position,
+)
 
 
 class ClusterPublisher(threading.Thread):
@@ -231,3 +239,79 @@ def _cluster_ok(cluster: LocalCluster) -> bool:
         except redis.RedisError:
             return False
     return True
+
+
+class Cleaner(threading.Thread):
+    """The bus's XDEL-after-ack on a cluster: deletes entries at or before the query's
+    mirrored group position, on each stream's master, while the query runs."""
+
+    def __init__(self, url: str, streams: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.client = RedisCluster.from_url(url)
+        self.streams = streams
+        self.deleted = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            for stream in self.streams:
+                position = group_position(self.client, stream, "query")  # type: ignore[arg-type]
+                if position is None:
+                    continue
+                read = [entry for entry, _ in self.client.xrange(stream, "-", position, count=20)]
+                if read:
+                    self.deleted += self.client.xdel(stream, *read)
+
+
+def test_a_growing_bus_on_a_cluster_trimmed_and_deleted_under_it_across_driver_kills(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Topics ``a`` and ``b`` on two masters keep growing while the query (group mirror,
+    ``trimConsumed``) is SIGKILLed three times mid-run and restarted from its checkpoint, and
+    a cleaner XDELs what the query has read: every published entry is written once."""
+    with LocalCluster(masters=3, replicas=0) as cluster:
+        client = RedisCluster.from_url(cluster.url)
+        prefix = next(
+            p
+            for p in (f"k{n}" for n in range(1000))
+            if client.get_node_from_key(f"{p}:a").name != client.get_node_from_key(f"{p}:b").name
+        )
+        streams = [f"{prefix}:a", f"{prefix}:b"]
+        checkpoint, out, log = tmp_path / "ck", tmp_path / "out", tmp_path / "query.log"
+        args = ["--url", cluster.url, "--prefix", prefix, "--checkpoint", str(checkpoint)]
+        args += ["--sink", "parquet", "--out", str(out)]
+        args += ["--source-option", "group=query", "--source-option", "trimConsumed=true"]
+        publisher = ClusterPublisher(cluster.url, prefix, ["a", "b"])
+        cleaner = Cleaner(cluster.url, streams)
+        publisher.start()
+        cleaner.start()
+        process = None
+        try:
+            for kill in range(3):
+                process, _ = _start_query(args, log)
+                target = len(batch_numbers(checkpoint, "commits")) + 1
+                wait_until(lambda t=target: len(batch_numbers(checkpoint, "commits")) >= t, 240)
+                time.sleep(0.5 * kill)
+                assert publisher.is_alive()  # the streams grow through every kill
+                _kill(process, log)
+            publisher.stop.set()
+            publisher.join(30)
+            process, _ = _start_query(args, log)
+            ends = {s: client.xrevrange(s, count=1)[0][0] for s in streams}
+            wait_until(
+                lambda: all(group_position(client, s, "query") == e for s, e in ends.items()), 240
+            )  # type: ignore[arg-type]
+            _kill(process, log)
+        finally:
+            _stop_if_running(process)
+            publisher.stop.set()
+            cleaner.stop.set()
+            cleaner.join(30)
+    assert publisher.failed == 0
+    written = [
+        (json.loads(row["payload"])["topic"], json.loads(row["payload"])["n"])
+        for row in spark.read.parquet(str(out)).collect()
+    ]
+    published = [(t, n) for t, ids in publisher.acknowledged.items() for n in range(len(ids))]
+    assert Counter(written) == Counter(published)  # no loss, no duplicate
+    assert len(published) > 1000 and cleaner.deleted > 0
