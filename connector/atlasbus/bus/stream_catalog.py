@@ -369,7 +369,7 @@ class StreamCatalog:
             yield partial(send_by_node, self.endpoint)
             return
         with raw_connection(self.endpoint) as connection:
-            yield partial(_send_all, connection)
+            yield partial(send_all, connection)
 
 
 @dataclass
@@ -384,7 +384,7 @@ class Advance:
     walk: Walk
 
 
-def _send_all(
+def send_all(
     connection: Any, commands: Sequence[tuple[Any, ...]], *, raise_errors: bool = True
 ) -> list[Any]:
     """Write every command, then read every reply (raw): one round trip on ``connection``.

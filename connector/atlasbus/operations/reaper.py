@@ -83,6 +83,7 @@ from deltalake import QueryBuilder
 
 from atlasbus.bus.cluster import send_by_node, send_groups_by_node
 from atlasbus.bus.connection import RedisEndpoint, raw_connection, translate_errors
+from atlasbus.bus.stream_catalog import send_all
 from atlasbus.dead_letters.record import DeadLetter, QueryContext, dead_letter_id
 from atlasbus.dead_letters.schema import RETRY_EXHAUSTED
 from atlasbus.dead_letters.table import DeadLetterTable
@@ -670,22 +671,13 @@ def _pipeline(endpoint: RedisEndpoint, commands: Sequence[tuple[Any, ...]]) -> l
 
     On a cluster each command goes to its stream's master (one round trip for all masters).
     """
-    import redis
-
     if not commands:
         return []
     with translate_errors(endpoint):
         if endpoint.is_cluster:
             return send_by_node(endpoint, commands, raise_errors=False)
-    replies: list[Any] = []
     with raw_connection(endpoint) as connection, translate_errors(endpoint):
-        connection.send_packed_command(connection.pack_commands(commands))
-        for _ in commands:
-            try:
-                replies.append(connection.read_response())
-            except redis.ResponseError as exc:  # read whole: the next reply follows
-                replies.append(exc)
-    return replies
+        return send_all(connection, commands, raise_errors=False)
 
 
 def _transactions(
