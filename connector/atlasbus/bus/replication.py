@@ -35,9 +35,17 @@ class ReplicasBehind(Exception):
     """Fewer replicas than ``minReplicas`` acknowledged a write in time."""
 
 
+class NoLongerMaster(Exception):
+    """The node asked is a replica now: a failover made another node master since the client
+    last read who is master (a cluster's slot map)."""
+
+
 def replicated_offset(client: redis.Redis) -> tuple[int, dict[tuple[str, int], int]]:
-    """The master's replication offset now, and what each online replica acknowledged."""
+    """The master's replication offset now, and what each online replica acknowledged;
+    raises ``NoLongerMaster`` if the node asked is a replica (it has no replicas to count)."""
     info: dict[str, Any] = client.info("replication")
+    if info.get("role") == "slave":
+        raise NoLongerMaster()
     offsets = {
         (str(value["ip"]), int(value["port"])): int(value["offset"])
         for name, value in info.items()

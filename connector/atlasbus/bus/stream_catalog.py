@@ -17,11 +17,13 @@ from atlasbus.bus.connection import (
     RedisEndpoint,
     across_failovers,
     is_cluster_client,
+    on_node,
     raw_connection,
     translate_errors,
 )
 from atlasbus.bus.gc_pause import cyclic_gc_paused
-from atlasbus.bus.replication import Replication, wait_for_replicas
+from atlasbus.bus.replication import NoLongerMaster, Replication, wait_for_replicas
+from atlasbus.bus.slot_map import refresh_slot_map
 from atlasbus.bus.subscription import Subscription
 from atlasbus.errors import ConfigurationError
 from atlasbus.model.conversions import reply_text
@@ -138,17 +140,42 @@ class StreamCatalog:
             result[stream] = parse_stream_info(reply)
         return result
 
-    def replicas_hold_all(self, replication: Replication) -> bool:
-        """Whether ``replication.min_replicas`` replicas hold every write made so far (waiting
-        up to its timeout): ask after reading the tails that are to count."""
-        with translate_errors(self.endpoint):
-            client: Any = self._redis
-            if not is_cluster_client(client):
-                return wait_for_replicas(client, replication)
-            return all(  # every master's replicas: each holds some of the streams
-                wait_for_replicas(client.get_redis_connection(node), replication)
-                for node in client.get_primaries()
-            )
+    def replicas_behind(self, replication: Replication) -> str | None:
+        """None once ``replication.min_replicas`` replicas hold every write made so far
+        (waiting up to its timeout); else the master (``host:port``) whose replicas fell short.
+        Ask after reading the tails that are to count.
+
+        On a cluster every master's replicas are asked (each master holds some streams). A
+        node the slot map still names master may have handed over to its replica (a
+        failover): the map is read again and the new masters asked.
+        """
+        client: Any = self._redis
+        if not is_cluster_client(client):
+            with translate_errors(self.endpoint):
+                try:
+                    held = wait_for_replicas(client, replication)
+                except NoLongerMaster:
+                    held = False
+            return None if held else self.endpoint.description
+        try:
+            return self._master_behind(client, replication)
+        except NoLongerMaster:  # a failover since the slot map was read
+            refresh_slot_map(client)
+        try:
+            return self._master_behind(client, replication)
+        except NoLongerMaster as still:  # the next trigger asks again
+            return f"{still} (a replica now: a failover is under way)"
+
+    def _master_behind(self, client: Any, replication: Replication) -> str | None:
+        """The first master of the cluster whose replicas do not hold all its writes."""
+        for node in client.get_primaries():
+            with on_node(node.name), translate_errors(self.endpoint):
+                try:
+                    if not wait_for_replicas(client.get_redis_connection(node), replication):
+                        return str(node.name)
+                except NoLongerMaster:
+                    raise NoLongerMaster(node.name) from None
+        return None
 
     def first_in_range(self, stream: str, after: EntryId, upto: EntryId) -> EntryId | None:
         """The ID of the first entry in ``(after, upto]``, or None if the range is empty."""

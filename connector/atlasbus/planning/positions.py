@@ -108,12 +108,14 @@ def batch_end(
     else:  # the target's streams were discovered when the run began: no SCAN again
         streams = sorted(target)
     infos = catalog.info(streams)
-    if options.replication is not None and not catalog.replicas_hold_all(options.replication):
+    behind = None if options.replication is None else catalog.replicas_behind(options.replication)
+    if behind is not None:
+        assert options.replication is not None
         log.warning(
             "fewer than %d replicas of Redis at %s acknowledged the streams' newest entries "
             "within %d ms (option minReplicas): this trigger reads nothing new",
             options.replication.min_replicas,
-            catalog.endpoint.description,
+            behind,
             options.replication.timeout_ms,
         )
         return BatchEnd(dict(start), infos, {})

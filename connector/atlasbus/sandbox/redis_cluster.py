@@ -150,10 +150,10 @@ class LocalCluster:
 
         index = self.masters.index(master)
         replica = self.replicas[index][0]
+        owned = _first_slot(master)  # before the handover, which can be over at once
         with redis.Redis(port=replica.port) as client:
             client.execute_command("CLUSTER", "FAILOVER")
         deadline = time.monotonic() + timeout
-        owned = _first_slot(master)
         for node in self.nodes:
             with redis.Redis(port=node.port) as client:
                 _until(
