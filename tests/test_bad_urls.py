@@ -24,11 +24,12 @@ URL_FORM = (
 )
 MAX = 2**63 - 1
 SOURCE_ACCEPTED = (
-    "deadLetterTable, endingOffsets, failOnDataLoss, filterPushdown, format, group, includeRawFields, "
-    "maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, minEntriesPerTrigger, "
-    "minPartitions, minReplicas, pageSize, password, pendingOf, replicaTimeout, startingOffsets, startingTimestamp, streamPrefix, streams, "
-    "sweepDelete, sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, "
-    "trimConsumed, url, username"
+    "deadLetterTable, endingOffsets, endingTimestamp, failOnDataLoss, filterPushdown, format, "
+    "group, includeRawFields, maxEntriesPerPartition, maxEntriesPerTrigger, maxTriggerDelay, "
+    "minEntriesPerTrigger, minPartitions, minReplicas, pageSize, password, pendingOf, "
+    "replicaTimeout, startingOffsets, startingTimestamp, streamPrefix, streams, sweepDelete, "
+    "sweepGroup, sweepMaxDeliveries, sweepMinIdle, topicPattern, topics, trimConsumed, url, "
+    "username"
 )
 URL_PARAMETERS = (
     "client_name, db, health_check_interval, max_connections, password, protocol, "

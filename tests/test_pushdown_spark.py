@@ -181,6 +181,23 @@ def test_pushed_rows_equal_unpushed_rows_and_only_the_window_is_read(
     assert entries_read(pushed_commands, r, reads_only=False) <= 2 * in_window + 4
 
 
+def test_a_window_by_starting_and_ending_timestamps_reads_only_the_window(
+    spark: Any, r: redis.Redis, redis_url: str, bus: tuple[str, list[Entry]], unpushed: Any
+) -> None:
+    """The options window (no pushdown, no Spark setting: every pyspark line) gives the rows
+    of the same window filtered by Spark, and the tasks read only the window."""
+    prefix, entries = bus
+    options = {"startingTimestamp": str(T0 + 500), "endingTimestamp": str(T0 + 1000)}
+    with CommandMonitor(redis_url) as commands:
+        frame = load(spark, redis_url, prefix, filterPushdown="false", **options)
+        rows = rows_of(frame)
+    where = f"timestamp >= '{DAY}20.500' and timestamp < '{DAY}21'"
+    assert rows == rows_of(unpushed.where(where))
+    in_window = [e for e in entries if T0 + 500 <= e[1] < T0 + 1000]
+    assert len(rows) == len(in_window) == 75 + 17
+    assert entries_read(commands, r, reads_only=True) == len(in_window)
+
+
 def test_a_window_reads_the_same_as_starting_and_ending_offsets_intersected(
     pushdown_on: Any, redis_url: str, bus: tuple[str, list[Entry]]
 ) -> None:

@@ -44,7 +44,7 @@ class AtlasbusBatchReader(DataSourceReader):
         # what Redis holds now is the read: nothing removed before it is loss
         start = with_baselines(catalog, positions)
         # a window is counted, so that removals outside it are never taken for its own
-        end = mark_batch(catalog, self.options, start, last, count_ranges=self.bounds.narrows)
+        end = mark_batch(catalog, self.options, start, last, count_ranges=True)
         report_recorded_losses(self.options, start, end)
         return [RangePartition(self.options, r) for r in plan_ranges(self.options, start, end)]
 

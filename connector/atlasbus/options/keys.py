@@ -25,6 +25,7 @@ STREAMS = "streams"
 STARTING_OFFSETS = "startingOffsets"
 STARTING_TIMESTAMP = "startingTimestamp"
 ENDING_OFFSETS = "endingOffsets"
+ENDING_TIMESTAMP = "endingTimestamp"
 GROUP = "group"
 MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
 MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
@@ -57,6 +58,7 @@ SOURCE_OPTIONS = (
     STARTING_OFFSETS,
     STARTING_TIMESTAMP,
     ENDING_OFFSETS,
+    ENDING_TIMESTAMP,
     GROUP,
     MAX_ENTRIES_PER_TRIGGER,
     MIN_ENTRIES_PER_TRIGGER,

@@ -80,6 +80,8 @@ class SourceOptions:
     filter_pushdown: bool | None = None
     # minReplicas/replicaTimeout: plan only entries that many replicas acknowledged
     replication: Replication | None = None
+    # endingTimestamp (batch reads): read only entries of milliseconds before it
+    ending_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,13 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     group = reader.non_empty(keys.GROUP)
     starting = _parse_starting(reader, subscription, group)
     ending = _parse_ending(reader, subscription)
+    ending_timestamp = _parse_ending_timestamp(reader, starting)
     parsed = SourceOptions(
         endpoint=shared.endpoint,
         subscription=subscription,
         starting=starting,
         ending=ending,
+        ending_timestamp_ms=ending_timestamp,
         group=group.strip() if group else None,
         max_entries_per_trigger=reader.positive_int(keys.MAX_ENTRIES_PER_TRIGGER),
         max_entries_per_partition=reader.positive_int(
@@ -166,6 +170,7 @@ def _refuse_what_pending_ignores(options: SourceOptions) -> None:
             (keys.STARTING_OFFSETS, options.starting.kind in ("latest", "offsets", "group")),
             (keys.STARTING_TIMESTAMP, options.starting.kind == "timestamp"),
             (keys.ENDING_OFFSETS, options.ending is not None),
+            (keys.ENDING_TIMESTAMP, options.ending_timestamp_ms is not None),
             (keys.GROUP, options.group is not None),
             (keys.MIN_PARTITIONS, options.min_partitions is not None),
             (keys.DEAD_LETTER_TABLE, options.dead_letter_table is not None),
@@ -276,20 +281,7 @@ def _parse_starting(
                 "options 'startingOffsets' and 'startingTimestamp' cannot both be set: "
                 "choose one starting position"
             )
-        try:
-            timestamp = int(timestamp_raw.strip())
-        except ValueError:
-            timestamp = -1
-        if timestamp < 0:
-            raise ConfigurationError(
-                "option 'startingTimestamp' must be epoch milliseconds (a non-negative integer), "
-                f"got {timestamp_raw!r}"
-            )
-        if timestamp > MAX_REDIS_INTEGER:
-            raise ConfigurationError(
-                "option 'startingTimestamp' must be epoch milliseconds at most "
-                f"{MAX_REDIS_INTEGER}, got {timestamp_raw!r}"
-            )
+        timestamp = _epoch_ms(keys.STARTING_TIMESTAMP, timestamp_raw)
         return StartingPosition("timestamp", timestamp_ms=timestamp)
     text = (raw or "earliest").strip()
     lowered = text.lower()
@@ -309,6 +301,42 @@ def _parse_starting(
         )
     offsets = _parse_offsets_json(keys.STARTING_OFFSETS, text, subscription, allow_keywords=True)
     return StartingPosition("offsets", offsets=offsets)
+
+
+def _epoch_ms(name: str, raw: str) -> int:
+    try:
+        timestamp = int(raw.strip())
+    except ValueError:
+        timestamp = -1
+    if timestamp < 0:
+        raise ConfigurationError(
+            f"option '{name}' must be epoch milliseconds (a non-negative integer), got {raw!r}"
+        )
+    if timestamp > MAX_REDIS_INTEGER:
+        raise ConfigurationError(
+            f"option '{name}' must be epoch milliseconds at most {MAX_REDIS_INTEGER}, got {raw!r}"
+        )
+    return timestamp
+
+
+def _parse_ending_timestamp(reader: OptionReader, starting: StartingPosition) -> int | None:
+    """Kafka's ``endingTimestamp``: the batch ends before the first entry at or after it."""
+    raw = reader.string(keys.ENDING_TIMESTAMP)
+    if raw is None:
+        return None
+    if reader.string(keys.ENDING_OFFSETS) is not None:
+        raise ConfigurationError(
+            f"options '{keys.ENDING_OFFSETS}' and '{keys.ENDING_TIMESTAMP}' cannot both be "
+            "set: choose one ending position"
+        )
+    ending = _epoch_ms(keys.ENDING_TIMESTAMP, raw)
+    if starting.timestamp_ms is not None and ending < starting.timestamp_ms:
+        raise ConfigurationError(
+            f"option '{keys.ENDING_TIMESTAMP}' ({ending}) is before option "
+            f"'{keys.STARTING_TIMESTAMP}' ({starting.timestamp_ms}): the window would be "
+            "empty; the start is included and the end is not"
+        )
+    return ending
 
 
 def _parse_ending(reader: OptionReader, subscription: Subscription) -> Mapping[str, EntryId] | None:
@@ -388,6 +416,12 @@ def require_streaming_compatible(options: SourceOptions) -> None:
         raise ConfigurationError(
             "option 'endingOffsets' is for batch reads (spark.read) only; a streaming query "
             "runs until stopped: remove it, or use trigger(availableNow=True) to stop at the end"
+        )
+    if options.ending_timestamp_ms is not None:
+        raise ConfigurationError(
+            f"option '{keys.ENDING_TIMESTAMP}' is for batch reads (spark.read) only; a "
+            "streaming query runs until stopped: remove it, or use trigger(availableNow=True) "
+            "to stop at the end"
         )
     if options.pending_of is not None:
         raise ConfigurationError(

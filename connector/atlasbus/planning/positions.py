@@ -198,8 +198,13 @@ def _without_unread_new_streams(
 
 def ending_offsets(catalog: StreamCatalog, options: SourceOptions) -> dict[str, EntryId]:
     """A batch read's end: ``endingOffsets``, else (and for a stream it does not list, as an
-    unlisted stream of ``startingOffsets`` starts at its default) each stream's newest entry."""
+    unlisted stream of ``startingOffsets`` starts at its default) each stream's newest entry;
+    with ``endingTimestamp``, no later than the last ID of the millisecond before it."""
     given = dict(options.ending or {})
     streams = [s for s in catalog.discover(options.subscription) if s not in given]
     infos = catalog.info(streams) if streams else {}
-    return {**{stream: last_position(infos[stream]) for stream in streams}, **given}
+    ends = {**{stream: last_position(infos[stream]) for stream in streams}, **given}
+    if options.ending_timestamp_ms is None:
+        return ends
+    before = EntryId(options.ending_timestamp_ms, 0).predecessor()
+    return {stream: min(end, before) for stream, end in ends.items()}
