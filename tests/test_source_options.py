@@ -169,6 +169,22 @@ BAD_OPTIONS = [
         "option 'endingOffsets' for 'a' 'latest' is not a Redis stream entry ID",
     ),
     (
+        {"topics": "a", "endingTimestamp": "1700000000000", "endingOffsets": '{"a": "1-0"}'},
+        "options 'endingOffsets' and 'endingTimestamp' cannot both be set",
+    ),
+    (
+        {"topics": "a", "endingTimestamp": "10:05"},
+        "option 'endingTimestamp' must be epoch milliseconds (a non-negative integer), got '10:05'",
+    ),
+    (
+        {"topics": "a", "startingTimestamp": "2000", "endingTimestamp": "1000"},
+        "option 'endingTimestamp' (1000) is before option 'startingTimestamp' (2000)",
+    ),
+    (
+        {"topics": "a", "endingTimestamp": "1000", "pendingOf": "workers"},
+        "option 'endingTimestamp' does not apply with option 'pendingOf'",
+    ),
+    (
         {"topics": "a", "maxEntriesPerTrigger": "1e3"},
         "option 'maxEntriesPerTrigger' must be a positive integer, got '1e3'",
     ),

@@ -1,7 +1,7 @@
 """A time window of a batch read by options, as with Spark's Kafka source: ``startingTimestamp``
 (included) to ``endingTimestamp`` (excluded) reads only the window's range from Redis, on
 every pyspark line, whatever Spark pushes. Planned and read here without Spark; the same read
-through Spark: test_pushdown_spark.py."""
+through Spark: test_pushdown_spark.py; bad values: test_source_options.py."""
 
 from __future__ import annotations
 
@@ -101,41 +101,6 @@ def test_removals_outside_the_window_after_planning_are_no_loss_and_inside_it_ar
     with pytest.raises(DataLossError, match=f"{prefix}:orders") as caught:
         ids_read(partitions)
     assert "1 entry after" in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        (
-            {"endingTimestamp": "1700000000000", "endingOffsets": '{"a": "1-0"}'},
-            "options 'endingOffsets' and 'endingTimestamp' cannot both be set",
-        ),
-        (
-            {"endingTimestamp": "-5"},
-            "option 'endingTimestamp' must be epoch milliseconds (a non-negative integer), "
-            "got '-5'",
-        ),
-        (
-            {"endingTimestamp": "10:05"},
-            "option 'endingTimestamp' must be epoch milliseconds (a non-negative integer), "
-            "got '10:05'",
-        ),
-        (
-            {"startingTimestamp": "2000", "endingTimestamp": "1000"},
-            "option 'endingTimestamp' (1000) is before option 'startingTimestamp' (2000)",
-        ),
-        (
-            {"endingTimestamp": "1000", "pendingOf": "workers"},
-            "option 'endingTimestamp' does not apply with option 'pendingOf'",
-        ),
-    ],
-)
-def test_a_bad_ending_timestamp_is_refused_naming_the_option(
-    options: dict[str, str], message: str
-) -> None:
-    with pytest.raises(ConfigurationError) as caught:
-        parse_source_options({"url": "redis://localhost:1", "topics": "a", **options})
-    assert message in str(caught.value)
 
 
 def test_a_streaming_query_refuses_an_ending_timestamp() -> None:
