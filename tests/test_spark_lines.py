@@ -95,6 +95,34 @@ def test_a_batch_read_gives_exact_rows(
     assert all(row["error"] is None for row in rows)
 
 
+def test_a_time_window_given_as_options_reads_exactly_the_window(
+    spark: Any, r: redis.Redis, redis_url: str, prefix: str
+) -> None:
+    """startingTimestamp (included) and endingTimestamp (excluded): no filter, no setting."""
+    stream = f"{prefix}:orders"
+    for ms in range(1_700_000_000_000, 1_700_000_000_100, 10):
+        for seq in range(2):
+            r.xadd(
+                stream, {"topic": "orders", "payload": f'{{"n": {ms % 1000}}}'}, id=f"{ms}-{seq}"
+            )
+    rows = (
+        spark.read.format("atlasbus")
+        .option("url", redis_url)
+        .option("streamPrefix", prefix)
+        .option("topics", "orders")
+        .option("startingTimestamp", "1700000000020")
+        .option("endingTimestamp", "1700000000050")
+        .load()
+        .select("id")
+        .collect()
+    )
+    assert [row["id"] for row in rows] == [
+        f"{ms}-{seq}"
+        for ms in (1_700_000_000_020, 1_700_000_000_030, 1_700_000_000_040)
+        for seq in (0, 1)
+    ]
+
+
 def test_a_streaming_read_restarted_on_its_checkpoint_reads_every_entry_once(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
