@@ -319,7 +319,7 @@ def test_whether_spark_reads_a_filtered_scans_partitions_again_for_later_scans(
     spark: Any, r: redis.Redis, redis_url: str, prefix: str
 ) -> None:
     """Why ``filterPushdown`` is off by default (docs/options.md, "Filtering batch reads"):
-    on the lines that pass filters to Python data sources (4.2, 4.3), Spark keeps the
+    on the lines that pass filters to Python data sources (4.1 to 4.3), Spark keeps the
     partitions a filtered scan planned on its DataFrame and reads them for the DataFrame's
     later unfiltered scans. The counts are asserted as each line gives them: when a new line
     stops doing this, this test fails, and the default can be turned on there."""

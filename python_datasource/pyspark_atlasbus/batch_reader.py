@@ -54,7 +54,7 @@ class AtlasbusBatchReader(DataSourceReader):
 
 
 class AtlasbusFilteringBatchReader(AtlasbusBatchReader):
-    """The batch reader given Spark's filters (pyspark 4.2+ with filter pushdown on).
+    """The batch reader given Spark's filters (pyspark 4.1+ with filter pushdown on).
 
     Made only in Spark's filter-pushdown planning (``spark_features.planning_with_filters``):
     Spark refuses a reader with ``pushFilters`` when its setting is off.

@@ -30,7 +30,7 @@ format                     envelope (default) or raw
 includeRawFields           also fill ``fields`` for well-formed entries (false)
 pageSize                   XRANGE COUNT per round trip (1000); also XPENDING's count
 filterPushdown             batch only: false (default); true narrows the read to the filters
-                           Spark pushes (timestamp, id, topic, stream; pyspark 4.2+ with
+                           Spark pushes (timestamp, id, topic, stream; pyspark 4.1+ with
                            spark.sql.python.filterPushdown.enabled; load the DataFrame per
                            filtered query: Spark reuses a pushed scan's partitions)
 pendingOf                  batch only: list this consumer group's pending entries (who holds

@@ -57,7 +57,7 @@ class AtlasbusPendingReader(DataSourceReader):
 
 
 class AtlasbusFilteringPendingReader(AtlasbusPendingReader):
-    """The pending reader given Spark's filters (pyspark 4.2+ with filter pushdown on): the
+    """The pending reader given Spark's filters (pyspark 4.1+ with filter pushdown on): the
     same rules as a batch read's (``pushed_filters``), since a pending row's ``topic``,
     ``stream``, ``id`` and ``timestamp`` are its entry's ID's, deleted entries included."""
 

@@ -1,6 +1,6 @@
 """Spark's pushed filters (``pyspark.sql.datasource.Filter``) as ``PushedBounds``; driver.
 
-Runs in Spark's planning worker (``DataSourceReader.pushFilters``, pyspark 4.2+). Each
+Runs in Spark's planning worker (``DataSourceReader.pushFilters``, pyspark 4.1+). Each
 filter either narrows the read exactly (it is applied, and Spark does not evaluate it again)
 or is handed back to Spark, having narrowed the read to a superset or not at all. The rules
 are docs/options.md's "Filtering batch reads":

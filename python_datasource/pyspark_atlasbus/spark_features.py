@@ -85,7 +85,7 @@ ADMISSION_CONTROL_SINCE = "4.2"
 
 
 FILTER_PUSHDOWN = hasattr(DataSourceReader, "pushFilters")
-"""Whether this pyspark lets a batch reader take filters (4.2 and later)."""
+"""Whether this pyspark lets a batch reader take filters (4.1 and later)."""
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 """Spark's setting that turns filter pushdown to Python data sources on (default false)."""
