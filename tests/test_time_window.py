@@ -109,3 +109,41 @@ def test_a_streaming_query_refuses_an_ending_timestamp() -> None:
     )
     with pytest.raises(ConfigurationError, match="'endingTimestamp' is for batch reads"):
         require_streaming_compatible(parsed)
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"endingTimestamp": str(T0)},  # before the first entry
+        {"startingTimestamp": str(T0 + 201), "endingTimestamp": str(T0 + 210)},  # between two
+        {"startingTimestamp": str(T0 + 200), "endingTimestamp": str(T0 + 200)},  # no time at all
+        {"endingOffsets": f'{{"orders": "{T0 - 1}-0", "payments": "{T0 - 1}-0"}}'},
+        {  # after one entry, before the next
+            "startingOffsets": f'{{"orders": "{T0 + 980}-0", "payments": "{T0 + 980}-0"}}',
+            "endingOffsets": f'{{"orders": "{T0 + 985}-0", "payments": "{T0 + 985}-0"}}',
+        },
+    ],
+    ids=[
+        "before-first",
+        "between-entries",
+        "start-is-end",
+        "offsets-before-first",
+        "offsets-between-entries",
+    ],
+)
+def test_an_empty_window_reads_nothing_and_reports_no_loss_for_removals_after_planning(
+    r: redis.Redis, redis_url: str, prefix: str, window: dict[str, str]
+) -> None:
+    """A window that holds no entry is known empty at planning: XDELs past it and trims of
+    the whole stream, by another client between planning and the read, are no loss of it."""
+    fill(r, f"{prefix}:orders", 100)
+    fill(r, f"{prefix}:payments", 100)
+    for remove in (
+        lambda: r.xdel(f"{prefix}:orders", f"{T0 + 990}-0", f"{T0 + 990}-1"),
+        lambda: r.xdel(f"{prefix}:orders", f"{T0 + 500}-0", f"{T0 + 700}-0"),
+        lambda: r.xdel(f"{prefix}:payments", f"{T0}-0"),
+        lambda: r.xtrim(f"{prefix}:orders", maxlen=10, approximate=False),
+    ):
+        partitions = reader_of(redis_url, prefix, **window).partitions()
+        assert remove()
+        assert ids_read(partitions) == []
