@@ -18,6 +18,9 @@ Redis and that a replay must reuse therefore lives here, in the end offset:
   entries deleted ahead of the query before it counted them are missing from it;
 - ``removed``: Redis 7's count of entries ever removed from the stream (``entries-added`` minus
   ``length``) when planned, so a task can tell that nothing was removed since;
+- ``first``: the range's first entry when planned, where its pieces were not counted, so the
+  task reading the first piece tells a trim past that entry (entries maybe gone unread) from
+  the stream's head simply lying past the range's start, as it does from ``0-0``;
 - ``lost``: entries of the range already gone when planned, reported (once per dead-letter ID)
   whenever the batch is planned or replanned;
 - ``accounted``: Redis 7, where every removal the stream had seen is known to be harmless or
@@ -123,6 +126,7 @@ class StreamPlan:
     counts: tuple[int, ...] | None = None
     lost: tuple[EntryId, EntryId, int | None] | None = None
     accounted: Accounted | None = None
+    first: EntryId | None = None
 
     @property
     def entries_read(self) -> int | None:
@@ -139,6 +143,7 @@ class StreamPlan:
             and self.counts is None
             and self.lost is None
             and self.accounted is None
+            and self.first is None
         )
 
     def to_json_value(self) -> str | dict[str, Any]:
@@ -160,6 +165,8 @@ class StreamPlan:
             value["lost"] = {"after": str(after), "upto": str(upto), "count": count}
         if self.accounted is not None:
             value["accounted"] = self.accounted.to_json_value()
+        if self.first is not None:
+            value["first"] = str(self.first)
         return value
 
     @classmethod
@@ -187,6 +194,7 @@ class StreamPlan:
             index = value.get("index")
             read = value.get("read")
             removed = value.get("removed")
+            first = value.get("first")
             accounted_raw = value.get("accounted")
             accounted = (
                 Accounted.from_json_value(accounted_raw, what=what)
@@ -202,6 +210,7 @@ class StreamPlan:
                 counts=counts,
                 lost=lost,
                 accounted=accounted,
+                first=EntryId.parse(first, what=f"{what} first") if first is not None else None,
             )
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             if isinstance(exc, OffsetError):

@@ -54,7 +54,8 @@ class ReadRange:
     finds, to report entries deleted after planning. ``batch`` is the stream's whole range in
     the batch, and ``batch_expected`` its entries when every piece was counted: a task that
     finds its piece short counts the whole range, so the report says how much the batch
-    lost, not only its own piece.
+    lost, not only its own piece. ``first`` is the range's first entry when planned, given to
+    the first of its uncounted pieces (``StreamPlan.first``).
     """
 
     stream: str
@@ -65,6 +66,7 @@ class ReadRange:
     removed: int | None = None
     batch: tuple[EntryId, EntryId] | None = None
     batch_expected: int | None = None
+    first: EntryId | None = None
 
 
 def with_baselines(catalog: StreamCatalog, positions: Mapping[str, EntryId]) -> StreamOffsets:
@@ -286,6 +288,7 @@ def _plan_streams(
             counts=plan_counts,
             lost=(lost.after, lost.upto, lost.count) if lost is not None else None,
             accounted=_accounted_after(w),
+            first=_first_of_uncounted(w, plan_counts),
         )
     return plans
 
@@ -356,6 +359,16 @@ def _counted_on(w: _Planning, start: StreamOffsets, lost: LostEntries | None) ->
 
 def _counted(lost: LostEntries | None) -> bool:
     return lost is not None and lost.count is not None
+
+
+def _first_of_uncounted(w: _Planning, counts: tuple[int, ...] | None) -> EntryId | None:
+    """``StreamPlan.first``: the range's first entry, for an uncounted range, when XINFO (the
+    snapshot the task's removal counter is compared with) told it. One an XRANGE found after
+    XINFO could follow a trim in between, which the task would then not see."""
+    if counts is not None or w.first is None:
+        return None
+    known, first = _first_known(w)
+    return first if known else None
 
 
 def _still_empty(catalog: StreamCatalog, empty: list[_Planning]) -> list[_Planning]:
@@ -442,6 +455,7 @@ def plan_ranges(
                     plan.removed,
                     batch=(after, upto),
                     batch_expected=batch_expected,
+                    first=plan.first if lo == after else None,
                 )
             )
     return ranges

@@ -173,12 +173,16 @@ def lost_while_reading(
     read: int,
     removed_at_planning: int | None,
     info: StreamInfo | None,
+    first: EntryId | None = None,
 ) -> LostEntries | None:
     """Entries of a planned piece ``(after, upto]`` that its task did not find; executor.
 
     ``expected`` is the piece's entry count recorded at planning, when known: then the answer
     is exact. Otherwise (a large batch cut by time on Redis 7) the stream's removal counter
     and boundaries since planning decide, conservatively. ``info`` is the stream after the read.
+    ``first``, the piece's first entry when planned (where known), is where a trim must have
+    passed to reach the piece: nothing lay between ``after`` and it (``0-0`` and a stream's
+    first entry, say).
     """
     if expected is not None:
         missing = expected - read
@@ -189,7 +193,7 @@ def lost_while_reading(
         return LostEntries(stream, after, upto)  # the stream was deleted under the read
     if info.removed is None or info.removed == removed_at_planning:
         return None  # nothing at all was removed from the stream since planning
-    if nothing_remains_up_to(info, after):
+    if nothing_remains_up_to(info, max(after, first) if first is not None else after):
         upper = info.first.predecessor() if info.first is not None else upto
         return LostEntries(stream, after, min(upper, upto))
     removals = info.removed - removed_at_planning

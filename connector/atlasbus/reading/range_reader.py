@@ -231,6 +231,7 @@ def _check_nothing_vanished(
         read=found,
         removed_at_planning=read.removed,
         info=info,
+        first=read.first,
     )
     if lost is not None:
         if options.fail_on_data_loss:
