@@ -15,6 +15,7 @@ streams                    streams are picked up each trigger), or raw stream ke
 startingOffsets            earliest (default), latest, group, or JSON {"topic": "ms-seq"}
 startingTimestamp          epoch ms: start at the first entry at or after it
 endingOffsets              batch only: latest (default) or JSON
+endingTimestamp            batch only: epoch ms: end before the first entry at or after it
 group                      consumer group mirrored by the query (XINFO GROUPS shows its lag)
 maxEntriesPerTrigger       cap per micro-batch across all streams
 minEntriesPerTrigger,      streaming only: wait for this many new entries, but never longer
