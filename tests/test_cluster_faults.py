@@ -23,6 +23,10 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from atlasbus.bus.stream_catalog import StreamCatalog
+from atlasbus.model.entry_id import EntryId
+from atlasbus.options.source import parse_source_options
+from atlasbus.planning.positions import batch_end
 from atlasbus.sandbox.redis_cluster import LocalCluster
 from atlasbus.sandbox.redis_server import RedisServer
 from helpers import envelope, stream_reader, wait_until
@@ -184,6 +188,40 @@ def test_a_failover_under_a_running_pipeline_loses_and_duplicates_nothing(
         publisher.stop.set()
         query.stop()
     assert_each_kept_entry_published_once(client, prefix, publisher)
+
+
+def test_after_a_failover_planning_reads_the_tails_again_and_asks_the_new_masters(
+    replicated: LocalCluster, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``minReplicas`` on a cluster whose slot map a failover made stale (no stream of the
+    batch on the master that handed over, so no MOVED refreshes it): the old master, asked
+    for its replicas, is one now. Planning reads the map again, then the streams' tails (the
+    first read may have come from a master since replaced), and asks the new masters."""
+    cluster = replicated
+    client = RedisCluster.from_url(cluster.url)
+    moved, *others = topics_on_each_master(client, prefix)
+    for topic in (moved, *others):
+        client.xadd(f"{prefix}:{topic}", {"n": "0"})
+    options = parse_source_options(
+        {"url": cluster.url, "streamPrefix": prefix, "topics": ",".join(others)}
+        | {"minReplicas": "1"}
+    )
+    catalog = StreamCatalog(options.endpoint)
+    first = batch_end(catalog, options, {}, max_entries=None)
+    old = next(
+        m for m in cluster.masters if m.port == client.get_node_from_key(f"{prefix}:{moved}").port
+    )
+    cluster.fail_over(old)
+    tails = {
+        f"{prefix}:{topic}": EntryId.parse(client.xadd(f"{prefix}:{topic}", {"n": "1"}).decode())
+        for topic in others
+    }
+    with caplog.at_level("INFO", logger="atlasbus.positions"):
+        end = batch_end(catalog, options, first.positions, max_entries=None)
+    assert end.positions == tails
+    assert caplog.messages == [
+        f"127.0.0.1:{old.port} is a replica now (a failover): the streams' tails read again"
+    ]
 
 
 def test_a_master_without_replica_that_dies_stops_the_query_naming_it_then_it_resumes(

@@ -147,7 +147,9 @@ class StreamCatalog:
 
         On a cluster every master's replicas are asked (each master holds some streams). A
         node the slot map still names master may have handed over to its replica (a
-        failover): the map is read again and the new masters asked.
+        failover): the map is read again and ``NoLongerMaster`` raised, naming the node. The
+        tails were read from the old master, which may hold writes the new one never got: read
+        them again, then ask again.
         """
         client: Any = self._redis
         if not is_cluster_client(client):
@@ -160,11 +162,9 @@ class StreamCatalog:
         try:
             return self._master_behind(client, replication)
         except NoLongerMaster:  # a failover since the slot map was read
-            refresh_slot_map(client)
-        try:
-            return self._master_behind(client, replication)
-        except NoLongerMaster as still:  # the next trigger asks again
-            return f"{still} (a replica now: a failover is under way)"
+            with translate_errors(self.endpoint):
+                refresh_slot_map(client)
+            raise
 
     def _master_behind(self, client: Any, replication: Replication) -> str | None:
         """The first master of the cluster whose replicas do not hold all its writes."""

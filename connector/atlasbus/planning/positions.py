@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from atlasbus.bus.replication import NoLongerMaster
 from atlasbus.bus.stream_catalog import Advance, StreamCatalog, StreamInfo, Walk, last_position
 from atlasbus.model.entry_id import ZERO, EntryId
 from atlasbus.options.source import SourceOptions
@@ -107,8 +108,7 @@ def batch_end(
         streams = sorted(set(catalog.discover(options.subscription)) | set(start))
     else:  # the target's streams were discovered when the run began: no SCAN again
         streams = sorted(target)
-    infos = catalog.info(streams)
-    behind = None if options.replication is None else catalog.replicas_behind(options.replication)
+    infos, behind = _replicated_tails(catalog, options, streams)
     if behind is not None:
         assert options.replication is not None
         log.warning(
@@ -130,6 +130,26 @@ def batch_end(
     walks: dict[str, Walk] = {}
     positions = _admit(catalog, options, start, latest, max_entries, walks)
     return BatchEnd(positions, infos, walks)
+
+
+def _replicated_tails(
+    catalog: StreamCatalog, options: SourceOptions, streams: list[str]
+) -> tuple[dict[str, StreamInfo | None], str | None]:
+    """The streams' XINFO, and (with ``minReplicas``) the master whose replicas do not hold
+    it yet, or None. After a cluster failover the tails are read again from the new masters,
+    whose replicas are then asked; a second failover under way leaves it to the next trigger."""
+    infos = catalog.info(streams)
+    if options.replication is None:
+        return infos, None
+    try:
+        return infos, catalog.replicas_behind(options.replication)
+    except NoLongerMaster as moved:
+        log.info("%s is a replica now (a failover): the streams' tails read again", moved)
+        infos = catalog.info(streams)
+    try:
+        return infos, catalog.replicas_behind(options.replication)
+    except NoLongerMaster as still:
+        return infos, f"{still} (a replica now: a failover is under way)"
 
 
 def _admit(
