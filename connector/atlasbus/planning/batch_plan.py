@@ -385,12 +385,9 @@ def _still_empty(catalog: StreamCatalog, empty: list[_Planning]) -> list[_Planni
         now = later[w.stream]
         if now is None:
             continue
-        if w.info.removed is None or (
-            now.removed == w.info.removed
-            and now.entries_added is not None
-            and w.info.entries_added is not None
-            and now.entries_added >= w.info.entries_added
-        ):
+        # entries-added gone back: the stream was deleted and made again in between
+        remade = (now.entries_added or 0) < (w.info.entries_added or 0)
+        if w.info.removed is None or (now.removed == w.info.removed and not remade):
             still.append(w)
     return still
 
