@@ -70,6 +70,7 @@ SLOW_FILES: frozenset[str] = frozenset(
         "test_decode_fuzz.py",  # property-based: hundreds of generated pages per test
         "test_spark_home.py",  # builds copies of SPARK_HOME in child processes
         "test_delta_sink_crash.py",
+        "test_delta_spark.py",  # the dead-letter table through delta-spark's jars, both engines
         "test_deployments.py",
         "test_docs_code_runs.py",  # runs the docs' Python blocks on Spark
         "test_no_credentials_leak.py",  # runs the demo, the CLI and queries with one password
@@ -108,12 +109,6 @@ SLOW_TESTS: frozenset[tuple[str, str]] = frozenset(
             "test_without_the_jars_the_view_reads_through_delta_rs_and_says_what_to_do",
         ),
         ("test_cluster.py", "test_the_documented_acl_with_its_cluster_line_reads_and_publishes"),
-        ("test_delta_spark.py", "test_compact_is_safe_beside_delta_spark_optimize_history"),
-        ("test_delta_spark.py", "test_compact_two_hundred_small_appends"),
-        (
-            "test_delta_spark.py",
-            "test_concurrent_commits_from_both_engines_lose_and_double_nothing",
-        ),
         (
             "test_dead_letter_routing.py",
             "test_two_hundred_batches_with_a_bad_entry_each_cost_one_commit_each_and_nothing_on_rerun",
